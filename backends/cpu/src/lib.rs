@@ -1,0 +1,164 @@
+//! # deltarule-cpu
+//!
+//! The CPU backend: the float64 token recurrence (the executable spec, [`naive`]), the chunked
+//! algorithm of SPEC.md section 5 in f32 and f64 with the GPU kernels' stage split ([`chunked`]),
+//! and decode (T >= 1 tokens per sequence, pool updated in place). Work is parallel over
+//! (sequence, value head) pairs with rayon. Every option of SPEC.md works on every path.
+
+pub mod chunked;
+pub mod naive;
+pub mod prep;
+pub mod real;
+
+use deltarule_core::{
+    validate_inputs, Backend, BackendKind, Capabilities, Error, FinalState, HostTensor, Inputs,
+    Kernel, Outputs, Problem, Result, Validated,
+};
+use naive::{Pair, PairOut};
+use prep::{initial_state, Prepared};
+use rayon::prelude::*;
+use real::Real;
+
+/// The CPU backend. Always available.
+pub struct CpuBackend {
+    caps: Capabilities,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        CpuBackend {
+            caps: Capabilities::cpu(rayon::current_num_threads()),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Algo {
+    Recurrent,
+    Chunked,
+}
+
+impl Backend for CpuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+
+    fn caps(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn kernels(&self) -> &'static [Kernel] {
+        &[Kernel::Reference, Kernel::Chunked, Kernel::ChunkedF64]
+    }
+
+    fn run(&self, kernel: Kernel, p: &Problem, inputs: &Inputs) -> Result<Outputs> {
+        let val = validate_inputs(p, inputs)?;
+        match kernel {
+            Kernel::Reference => Ok(run_with::<f64>(p, inputs, &val, Algo::Recurrent)),
+            Kernel::ChunkedF64 => Ok(run_with::<f64>(p, inputs, &val, Algo::Chunked)),
+            Kernel::Chunked => Ok(run_with::<f32>(p, inputs, &val, Algo::Chunked)),
+            other => Err(Error::unsupported(
+                BackendKind::Cpu,
+                other.name(),
+                "the CPU backend has the kernels reference, chunked and chunked-f64",
+            )),
+        }
+    }
+}
+
+/// Runs every (sequence, value head) pair in precision `R` and assembles the outputs.
+fn run_with<R: Real>(p: &Problem, inputs: &Inputs, val: &Validated, algo: Algo) -> Outputs {
+    let prep = Prepared::<R>::new(p, inputs);
+    let pairs: Vec<(usize, usize)> = (0..p.seqs)
+        .flat_map(|n| (0..p.hv).map(move |hv| (n, hv)))
+        .collect();
+    let results: Vec<PairOut<R>> = pairs
+        .par_iter()
+        .map(|&(n, hv)| {
+            let pair = Pair {
+                p,
+                prep: &prep,
+                start: val.cu[n],
+                end: val.cu[n + 1],
+                hv,
+            };
+            let s0 = initial_state::<R>(p, inputs, val, n, hv);
+            match algo {
+                Algo::Recurrent => naive::recurrent(&pair, s0),
+                Algo::Chunked => chunked::chunked(&pair, s0),
+            }
+        })
+        .collect();
+    assemble(p, inputs, val, &pairs, &results)
+}
+
+fn to_f64<R: Real>(x: &[R]) -> Vec<f64> {
+    x.iter().map(|a| a.to_f64()).collect()
+}
+
+/// Writes a row-major K x V state into `dst` at state slot `slot` in the problem's layout.
+fn write_state<R: Real>(p: &Problem, dst: &mut HostTensor, slot: usize, s: &[R]) {
+    let mut laid = vec![0.0f64; p.k * p.v];
+    for kk in 0..p.k {
+        for vv in 0..p.v {
+            laid[p.layout.offset(kk, vv, p.k, p.v)] = s[kk * p.v + vv].to_f64();
+        }
+    }
+    dst.write_f64(slot * p.k * p.v, &laid);
+}
+
+fn assemble<R: Real>(
+    p: &Problem,
+    inputs: &Inputs,
+    val: &Validated,
+    pairs: &[(usize, usize)],
+    results: &[PairOut<R>],
+) -> Outputs {
+    let mut o = HostTensor::poison(p.out_dtype, p.o_shape());
+    let mut final_state = match p.final_state {
+        FinalState::None => None,
+        FinalState::Dense => Some(HostTensor::poison(p.state_out_dtype, p.state_shape(p.seqs))),
+        FinalState::InPlace => inputs.initial_state.clone(),
+    };
+    let mut checkpoints = val
+        .checkpoint_offsets
+        .as_ref()
+        .map(|_| HostTensor::poison(p.state_out_dtype, p.state_shape(val.total_checkpoints())));
+    for (&(n, hv), r) in pairs.iter().zip(results) {
+        let start = val.cu[n];
+        for i in 0..val.seq_len(n) {
+            o.write_f64(
+                ((start + i) * p.hv + hv) * p.v,
+                &to_f64(&r.o[i * p.v..(i + 1) * p.v]),
+            );
+        }
+        if let Some(fs) = final_state.as_mut() {
+            let row = match p.final_state {
+                FinalState::InPlace => val
+                    .indices
+                    .as_ref()
+                    .and_then(|idx| usize::try_from(idx[n]).ok()),
+                _ => Some(n),
+            };
+            if let Some(row) = row {
+                write_state(p, fs, row * p.hv + hv, &r.state);
+            }
+        }
+        if let (Some(ck), Some(offs)) = (checkpoints.as_mut(), val.checkpoint_offsets.as_ref()) {
+            for (j, s) in r.checkpoints.iter().enumerate() {
+                write_state(p, ck, (offs[n] + j) * p.hv + hv, s);
+            }
+        }
+    }
+    Outputs {
+        o,
+        final_state,
+        checkpoints,
+    }
+}

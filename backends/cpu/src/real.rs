@@ -1,0 +1,106 @@
+//! The two working precisions of the CPU paths, and the elementwise math of SPEC.md section 4
+//! written once for both.
+
+use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
+
+/// f32 or f64.
+pub trait Real:
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+    + SubAssign
+    + MulAssign
+    + 'static
+{
+    const ZERO: Self;
+    const ONE: Self;
+    fn from_f64(x: f64) -> Self;
+    fn to_f64(self) -> f64;
+    fn exp(self) -> Self;
+    fn ln_1p(self) -> Self;
+    fn sqrt(self) -> Self;
+}
+
+impl Real for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    #[inline]
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline]
+    fn exp(self) -> Self {
+        f64::exp(self)
+    }
+    #[inline]
+    fn ln_1p(self) -> Self {
+        f64::ln_1p(self)
+    }
+    #[inline]
+    fn sqrt(self) -> Self {
+        f64::sqrt(self)
+    }
+}
+
+impl Real for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    #[inline]
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline]
+    fn exp(self) -> Self {
+        f32::exp(self)
+    }
+    #[inline]
+    fn ln_1p(self) -> Self {
+        f32::ln_1p(self)
+    }
+    #[inline]
+    fn sqrt(self) -> Self {
+        f32::sqrt(self)
+    }
+}
+
+/// `softplus(x) = x` for `x > 20`, else `log(1 + e^x)` (SPEC.md section 4).
+#[inline]
+pub fn softplus<R: Real>(x: R) -> R {
+    if x > R::from_f64(20.0) {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+#[inline]
+pub fn sigmoid<R: Real>(x: R) -> R {
+    R::ONE / (R::ONE + (-x).exp())
+}
+
+/// L2 normalisation with the epsilon inside the square root: `x / sqrt(sum x^2 + 1e-6)`.
+pub fn l2norm_in_place<R: Real>(x: &mut [R]) {
+    let mut s = R::ZERO;
+    for &a in x.iter() {
+        s += a * a;
+    }
+    let inv = R::ONE / (s + R::from_f64(1e-6)).sqrt();
+    for a in x.iter_mut() {
+        *a *= inv;
+    }
+}

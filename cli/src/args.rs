@@ -1,0 +1,256 @@
+//! Problem options shared by `diff`, `gen`, `select` and `bench`.
+
+use clap::{Args, ValueEnum};
+use deltarule_core::problem::{BetaMode, FinalState, Gate, InitialState, Mode, Op, StateLayout};
+use deltarule_core::{DType, Error, Problem, Result};
+use deltarule_tests::generate::split_tokens;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OpArg {
+    Gdn,
+    Kda,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ModeArg {
+    Prefill,
+    Decode,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum GateArg {
+    Log,
+    Softplus,
+    LowerBound,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum BetaArg {
+    Prob,
+    Logit,
+    Logit2,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LayoutArg {
+    Kv,
+    Vk,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum InitArg {
+    None,
+    Dense,
+    Pool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FinalArg {
+    None,
+    Dense,
+    InPlace,
+}
+
+/// The shape and options of a generated problem.
+#[derive(Args, Clone, Debug)]
+pub struct ProblemArgs {
+    /// Operator.
+    #[arg(long, value_enum)]
+    pub op: Option<OpArg>,
+    /// prefill (chunked) or decode (token recurrence, pool in place).
+    #[arg(long, value_enum, default_value = "prefill")]
+    pub mode: ModeArg,
+    /// Total tokens T of all sequences.
+    #[arg(long)]
+    pub tokens: Option<usize>,
+    /// Number of sequences N (lengths drawn at random from the seed unless --seqlens is given).
+    #[arg(long, default_value_t = 1)]
+    pub seqs: usize,
+    /// Explicit sequence lengths, comma separated (overrides --tokens/--seqs).
+    #[arg(long, value_delimiter = ',')]
+    pub seqlens: Option<Vec<usize>>,
+    /// q/k heads H.
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// Value heads HV (default H).
+    #[arg(long)]
+    pub v_heads: Option<usize>,
+    /// Key head dim K.
+    #[arg(long, default_value_t = 128)]
+    pub head_dim: usize,
+    /// Value head dim V (default K).
+    #[arg(long)]
+    pub value_dim: Option<usize>,
+    /// Seed of the generated data.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// dtype of q, k, v.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// dtype of g.
+    #[arg(long, default_value = "f32")]
+    pub g_dtype: String,
+    /// dtype of beta.
+    #[arg(long, default_value = "f32")]
+    pub beta_dtype: String,
+    /// dtype of the output o (default: f32 for the reference paths; the diff picks what the row
+    /// writes).
+    #[arg(long)]
+    pub out_dtype: Option<String>,
+    /// State storage dtype (initial, final, checkpoints).
+    #[arg(long, default_value = "f32")]
+    pub state_dtype: String,
+    #[arg(long, value_enum, default_value = "kv")]
+    pub layout: LayoutArg,
+    #[arg(long, value_enum, default_value = "log")]
+    pub gate: GateArg,
+    /// lower_bound of the kda lower-bound gate.
+    #[arg(long, default_value_t = -5.0, allow_hyphen_values = true)]
+    pub lower_bound: f64,
+    /// Lower-bound gate without A_log.
+    #[arg(long)]
+    pub no_a_log: bool,
+    #[arg(long, value_enum, default_value = "prob")]
+    pub beta: BetaArg,
+    /// In-kernel q/k L2 normalisation.
+    #[arg(long)]
+    pub l2norm: bool,
+    /// Read-out scale (default 1/sqrt(K)).
+    #[arg(long)]
+    pub scale: Option<f64>,
+    #[arg(long, value_enum, default_value = "none")]
+    pub initial_state: InitArg,
+    /// Rows of the state pool (with --initial-state pool; default 2N).
+    #[arg(long)]
+    pub pool_size: Option<usize>,
+    /// Final state: dense, in place in the pool (default with a pool), or none.
+    #[arg(long, value_enum)]
+    pub final_state: Option<FinalArg>,
+    /// Write the state after every E tokens of each sequence.
+    #[arg(long)]
+    pub checkpoint_every: Option<usize>,
+    /// dtype of cu_seqlens.
+    #[arg(long, default_value = "i64")]
+    pub offsets_dtype: String,
+    /// dtype of state_indices.
+    #[arg(long, default_value = "i64")]
+    pub index_dtype: String,
+    /// Reject NaN/Inf inputs before running.
+    #[arg(long)]
+    pub check_finite: bool,
+}
+
+fn dtype(field: &str, s: &str) -> Result<DType> {
+    DType::parse(s).ok_or_else(|| Error::invalid(field, "one of bf16, f16, f32, i32, i64", s))
+}
+
+impl ProblemArgs {
+    /// True when the user gave a generated-problem shape.
+    pub fn given(&self) -> bool {
+        self.op.is_some() || self.tokens.is_some() || self.heads.is_some() || self.seqlens.is_some()
+    }
+
+    /// The problem and its sequence lengths.
+    pub fn problem(&self) -> Result<(Problem, Vec<usize>)> {
+        let op = match self.op {
+            Some(OpArg::Gdn) => Op::Gdn,
+            Some(OpArg::Kda) => Op::Kda,
+            None => return Err(Error::invalid("--op", "gdn or kda", "nothing")),
+        };
+        let mode = match self.mode {
+            ModeArg::Prefill => Mode::Prefill,
+            ModeArg::Decode => Mode::Decode,
+        };
+        let seqlens = match (&self.seqlens, self.tokens) {
+            (Some(l), _) => {
+                if l.is_empty() {
+                    return Err(Error::invalid("--seqlens", "at least one length", "none"));
+                }
+                if let Some(t) = self.tokens {
+                    let sum: usize = l.iter().sum();
+                    if sum != t {
+                        return Err(Error::invalid(
+                            "--tokens",
+                            format!("the sum of --seqlens ({sum})"),
+                            t.to_string(),
+                        ));
+                    }
+                }
+                l.clone()
+            }
+            (None, Some(t)) => {
+                if self.seqs == 0 {
+                    return Err(Error::invalid("--seqs", "at least 1", "0"));
+                }
+                split_tokens(t, self.seqs, self.seed)
+            }
+            (None, None) => {
+                return Err(Error::invalid(
+                    "--tokens",
+                    "a token count (or --seqlens)",
+                    "nothing",
+                ))
+            }
+        };
+        let h = self
+            .heads
+            .ok_or_else(|| Error::invalid("--heads", "a head count", "nothing"))?;
+        let hv = self.v_heads.unwrap_or(h);
+        let k = self.head_dim;
+        let v = self.value_dim.unwrap_or(k);
+        let mut p = Problem::new(op, mode, seqlens.len(), seqlens.iter().sum(), h, hv, k, v);
+        p.qkv_dtype = dtype("--dtype", &self.dtype)?;
+        p.g_dtype = dtype("--g-dtype", &self.g_dtype)?;
+        p.beta_dtype = dtype("--beta-dtype", &self.beta_dtype)?;
+        p.out_dtype = match &self.out_dtype {
+            Some(s) => dtype("--out-dtype", s)?,
+            None => DType::F32,
+        };
+        let sd = dtype("--state-dtype", &self.state_dtype)?;
+        p.state_in_dtype = sd;
+        p.state_out_dtype = sd;
+        p.layout = match self.layout {
+            LayoutArg::Kv => StateLayout::Kv,
+            LayoutArg::Vk => StateLayout::Vk,
+        };
+        p.gate = match self.gate {
+            GateArg::Log => Gate::Log,
+            GateArg::Softplus => Gate::Softplus,
+            GateArg::LowerBound => Gate::LowerBound(self.lower_bound),
+        };
+        p.a_log = match self.gate {
+            GateArg::Log => false,
+            GateArg::Softplus => true,
+            GateArg::LowerBound => !self.no_a_log,
+        };
+        p.beta = match self.beta {
+            BetaArg::Prob => BetaMode::Prob,
+            BetaArg::Logit => BetaMode::Logit,
+            BetaArg::Logit2 => BetaMode::Logit2,
+        };
+        p.l2norm = self.l2norm;
+        if let Some(s) = self.scale {
+            p.scale = s;
+        }
+        p.initial = match self.initial_state {
+            InitArg::None => InitialState::None,
+            InitArg::Dense => InitialState::Dense,
+            InitArg::Pool => InitialState::Pool {
+                rows: self.pool_size.unwrap_or(2 * seqlens.len()),
+            },
+        };
+        p.final_state = match (self.final_state, self.initial_state) {
+            (Some(FinalArg::None), _) => FinalState::None,
+            (Some(FinalArg::Dense), _) => FinalState::Dense,
+            (Some(FinalArg::InPlace), _) => FinalState::InPlace,
+            (None, InitArg::Pool) => FinalState::InPlace,
+            (None, _) => FinalState::Dense,
+        };
+        p.checkpoint_every = self.checkpoint_every;
+        p.offsets_dtype = dtype("--offsets-dtype", &self.offsets_dtype)?;
+        p.index_dtype = dtype("--index-dtype", &self.index_dtype)?;
+        p.check_finite = self.check_finite;
+        p.validate()?;
+        Ok((p, seqlens))
+    }
+}

@@ -1,0 +1,231 @@
+//! `deltarule bench`: times backends on named shapes (the anchors of
+//! ../shared/reference/performance-anchors.md) or a generated problem, with the device's own
+//! timers, and reports GPU time, host time per call, tokens/s, TFLOP/s, GB/s and the ratio to the
+//! roofline floor.
+
+use crate::args::ProblemArgs;
+use crate::{engine_for, Outcome};
+use clap::Args;
+use deltarule_core::problem::{FinalState, InitialState, Mode, Op};
+use deltarule_core::select::Preference;
+use deltarule_core::{median, BenchOptions, DType, Error, Problem, Result};
+use deltarule_tests::generate::{generate, DataStyle};
+use serde_json::json;
+
+/// H200 ceilings measured on the project's machine (performance-anchors.md): dense bf16 matrix
+/// rate and copy bandwidth (read + write).
+pub const PEAK_FLOPS: f64 = 790e12;
+pub const PEAK_BYTES: f64 = 4.3e12;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Backends (auto, cpu:chunked, wgpu, cuda, cuda:chunked, cuda:small-bh, ...).
+    #[arg(long = "backend", num_args = 1.., default_value = "auto")]
+    pub backends: Vec<String>,
+    /// Named shapes such as `gdn-16/32-1x8192`, `kda-32/32-1x8192`, `gdn-decode-16/32-256x1`
+    /// (op[-decode]-H/HV-NxL, K = V = 128), or `anchors` for the table of the CUDA issue.
+    #[arg(long = "shape", num_args = 1..)]
+    pub shapes: Vec<String>,
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    #[arg(long, default_value_t = 50)]
+    pub iters: usize,
+    /// Rotate among input copies totalling at least this many MiB (above the L2 size).
+    #[arg(long, default_value_t = 256)]
+    pub rotate_mib: usize,
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub problem: ProblemArgs,
+}
+
+/// The shapes of the CUDA issue's target table.
+pub const ANCHORS: &[&str] = &[
+    "gdn-16/32-1x8192",
+    "gdn-16/32-1x32768",
+    "gdn-16/32-16x1024",
+    "gdn-16/32-256x64",
+    "gdn-4/8-1x8192",
+    "kda-32/32-1x8192",
+    "kda-64/64-1x8192",
+    "gdn-decode-16/32-256x1",
+];
+
+/// Parses `op[-decode]-H/HV-NxL[-kK]`.
+pub fn named_shape(name: &str) -> Result<(Problem, Vec<usize>)> {
+    let bad = || {
+        Error::invalid(
+            "--shape",
+            "op[-decode]-H/HV-NxL such as gdn-16/32-1x8192 or gdn-decode-16/32-256x1",
+            name,
+        )
+    };
+    let parts: Vec<&str> = name.split('-').collect();
+    let (op, mode, rest) = match parts.as_slice() {
+        [op, "decode", heads, seqs] => (*op, Mode::Decode, [*heads, *seqs]),
+        [op, heads, seqs] => (*op, Mode::Prefill, [*heads, *seqs]),
+        _ => return Err(bad()),
+    };
+    let op = Op::parse(op).ok_or_else(bad)?;
+    let (h, hv) = rest[0].split_once('/').ok_or_else(bad)?;
+    let (n, l) = rest[1].split_once('x').ok_or_else(bad)?;
+    let parse = |s: &str| s.parse::<usize>().map_err(|_| bad());
+    let (h, hv, n, l) = (parse(h)?, parse(hv)?, parse(n)?, parse(l)?);
+    let seqlens = vec![l; n];
+    let mut p = Problem::new(op, mode, n, n * l, h, hv, 128, 128);
+    p.qkv_dtype = DType::BF16;
+    p.g_dtype = DType::F32;
+    p.beta_dtype = DType::BF16;
+    p.out_dtype = DType::BF16;
+    p.state_in_dtype = DType::F32;
+    p.state_out_dtype = DType::F32;
+    match mode {
+        Mode::Prefill => {
+            p.initial = InitialState::Dense;
+            p.final_state = FinalState::Dense;
+        }
+        Mode::Decode => {
+            p.initial = InitialState::Pool { rows: n };
+            p.final_state = FinalState::InPlace;
+        }
+    }
+    p.validate()?;
+    Ok((p, seqlens))
+}
+
+/// FLOPs of the chunked algorithm (performance-anchors.md section 3: `6KV + 10CK` per token and
+/// value head); decode counts the recurrence's `4KV` plus the decay.
+pub fn flops(p: &Problem) -> f64 {
+    let (k, v, c) = (p.k as f64, p.v as f64, p.chunk as f64);
+    let per = match p.mode {
+        Mode::Prefill => 6.0 * k * v + 10.0 * c * k,
+        Mode::Decode => 5.0 * k * v,
+    };
+    per * (p.tokens * p.hv) as f64
+}
+
+/// The fewest bytes a call must move: every input read once, every output written once.
+pub fn min_bytes(p: &Problem) -> f64 {
+    let t = p.tokens as f64;
+    let qkv = p.qkv_dtype.size() as f64;
+    let gk = match p.op {
+        Op::Gdn => 1.0,
+        Op::Kda => p.k as f64,
+    };
+    let mut b = t * (2.0 * (p.h * p.k) as f64 * qkv + (p.hv * p.v) as f64 * qkv);
+    b += t * (p.hv * p.v) as f64 * p.out_dtype.size() as f64;
+    b += t * p.hv as f64 * (gk * p.g_dtype.size() as f64 + p.beta_dtype.size() as f64);
+    let state = (p.hv * p.k * p.v) as f64;
+    let states_read = match p.initial {
+        InitialState::None => 0.0,
+        _ => p.seqs as f64,
+    };
+    let states_written = match p.final_state {
+        FinalState::None => 0.0,
+        _ => p.seqs as f64,
+    };
+    b += state * (states_read * p.state_in_dtype.size() as f64);
+    b += state * (states_written * p.state_out_dtype.size() as f64);
+    b
+}
+
+pub fn run(args: BenchArgs) -> Result<Outcome> {
+    let mut problems = Vec::new();
+    for s in &args.shapes {
+        if s == "anchors" {
+            for a in ANCHORS {
+                problems.push((a.to_string(), named_shape(a)?));
+            }
+        } else {
+            problems.push((s.clone(), named_shape(s)?));
+        }
+    }
+    if args.problem.given() {
+        let pp = args.problem.problem()?;
+        problems.push((pp.0.id(), pp));
+    }
+    if problems.is_empty() {
+        return Err(Error::invalid(
+            "--shape",
+            "a named shape, `anchors`, or a generated problem (--op ... --tokens ...)",
+            "nothing",
+        ));
+    }
+    let engine = engine_for(&args.backends);
+    let opts = BenchOptions {
+        warmup: args.warmup,
+        iters: args.iters,
+        rotate_bytes: args.rotate_mib << 20,
+    };
+    let mut table = vec![[
+        "shape", "backend", "rule", "gpu ms", "host us", "Mtok/s", "TFLOP/s", "GB/s", "floor ms",
+        "x floor",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for (name, (p, seqlens)) in &problems {
+        eprintln!("{name}: generating inputs ({})", p);
+        let case = generate(p, seqlens, 1, DataStyle::default())?;
+        for b in &args.backends {
+            let pref = Preference::parse(b)?;
+            let mut prob = case.problem.clone();
+            // bf16 output where the row writes it (the tensor-core paths), else f32
+            let max_seq = seqlens.iter().copied().max();
+            if engine.select(&prob, pref, max_seq).chosen.is_none() {
+                prob.out_dtype = DType::F32;
+            }
+            let res = engine.bench(&prob, &case.inputs, pref, &opts);
+            let (rep, rule) = match res {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("{name} on {b}: {e}");
+                    continue;
+                }
+            };
+            let gpu = median(&rep.device_ms);
+            let host = median(&rep.host_us);
+            let f = flops(&prob);
+            let by = min_bytes(&prob);
+            let floor_ms = (f / PEAK_FLOPS).max(by / PEAK_BYTES) * 1e3;
+            let row = json!({
+                "shape": name, "backend": b, "rule": rule.id, "device": rep.device,
+                "timer": rep.timer, "gpu_ms_median": gpu, "host_us_median": host,
+                "gpu_ms_min": rep.device_ms.iter().cloned().fold(f64::INFINITY, f64::min),
+                "iters": rep.device_ms.len(), "input_sets": rep.input_sets,
+                "tokens_per_s": prob.tokens as f64 / (gpu * 1e-3),
+                "tflops": f / (gpu * 1e-3) / 1e12, "gbps": by / (gpu * 1e-3) / 1e9,
+                "floor_ms": floor_ms, "x_floor": gpu / floor_ms,
+            });
+            if args.json {
+                println!("{row}");
+            }
+            table.push(vec![
+                name.clone(),
+                b.clone(),
+                rule.id.to_string(),
+                format!("{gpu:.4}"),
+                format!("{host:.1}"),
+                format!("{:.1}", prob.tokens as f64 / (gpu * 1e-3) / 1e6),
+                format!("{:.1}", f / (gpu * 1e-3) / 1e12),
+                format!("{:.0}", by / (gpu * 1e-3) / 1e9),
+                format!("{floor_ms:.4}"),
+                format!("{:.1}", gpu / floor_ms),
+            ]);
+        }
+    }
+    if !args.json {
+        let widths: Vec<usize> = (0..table[0].len())
+            .map(|c| table.iter().map(|r| r[c].len()).max().unwrap_or(0))
+            .collect();
+        for r in &table {
+            let line: Vec<String> = r
+                .iter()
+                .enumerate()
+                .map(|(c, s)| format!("{:<w$}", s, w = widths[c]))
+                .collect();
+            println!("{}", line.join("  ").trim_end());
+        }
+    }
+    Ok(Outcome::Pass)
+}

@@ -1,0 +1,354 @@
+//! `deltarule`: the command-line face of the engine.
+//!
+//! Exit codes: 0 success (every comparison within tolerance), 1 a tolerance exceeded, 2 a usage or
+//! input error (unreadable file, invalid problem, a backend choice that does not fit), 3 a device
+//! or compile error.
+
+mod args;
+mod bench;
+
+use args::ProblemArgs;
+use clap::{Parser, Subcommand};
+use deltarule_core::problem::{Mode, Op};
+use deltarule_core::select::{render_rules, DeviceState, Preference};
+use deltarule_core::{BackendKind, Error};
+use deltarule_engine::{Engine, EngineOptions};
+use deltarule_tests::casefile::{read_case, write_case, Case};
+use deltarule_tests::diff::{
+    default_backends, diff_case, reference_outputs, render_table, DiffRow,
+};
+use deltarule_tests::generate::{generate, with_expected, DataStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "deltarule",
+    version,
+    about = "Gated delta-rule attention (GDN, KDA): diff, generate, select and benchmark every backend"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run cases on backends and compare every output with the expected tensors and the float64
+    /// reference.
+    Diff {
+        /// Case files (safetensors, ../shared/case-format.md).
+        #[arg(long = "case", num_args = 1..)]
+        cases: Vec<PathBuf>,
+        /// Backends: cpu (float64 recurrence), cpu:chunked (f32), cpu:chunked-f64, wgpu, cuda,
+        /// backend:kernel, auto. Default: every available backend.
+        #[arg(long = "backend", num_args = 1..)]
+        backends: Vec<String>,
+        /// Alias of --backend for gdn prefill (as in the serving engines).
+        #[arg(long)]
+        gdn_prefill_backend: Option<String>,
+        /// Alias of --backend for kda prefill (as in the serving engines).
+        #[arg(long)]
+        kda_prefill_backend: Option<String>,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        problem: ProblemArgs,
+    },
+    /// Write a generated problem with float64 expected outputs as a case file.
+    Gen {
+        #[command(flatten)]
+        problem: ProblemArgs,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// List the backends found, their capabilities, and why any is unavailable.
+    Backends,
+    /// Print the selection-rule table.
+    Rules {
+        /// Markdown (the README table) instead of the full table.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Choose a rule for a problem and explain the choice.
+    Select {
+        #[command(flatten)]
+        problem: ProblemArgs,
+        /// auto, cpu, wgpu, cuda or backend:kernel.
+        #[arg(long, default_value = "auto")]
+        backend: String,
+        #[arg(long)]
+        gdn_prefill_backend: Option<String>,
+        #[arg(long)]
+        kda_prefill_backend: Option<String>,
+        /// Print every row considered and why it was rejected.
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Time a backend on named or generated shapes.
+    Bench(bench::BenchArgs),
+}
+
+fn engine_for(names: &[String]) -> Engine {
+    let mut kinds = vec![BackendKind::Cpu];
+    let all = names.is_empty() || names.iter().any(|n| n == "auto");
+    for k in [BackendKind::Wgpu, BackendKind::Cuda] {
+        if all || names.iter().any(|n| n.split(':').next() == Some(k.name())) {
+            kinds.push(k);
+        }
+    }
+    Engine::new(&EngineOptions { backends: kinds })
+}
+
+/// `--gdn-prefill-backend` / `--kda-prefill-backend` apply to the prefill of their op.
+fn alias_backend(
+    op: Op,
+    mode: Mode,
+    backend: Option<&str>,
+    gdn: &Option<String>,
+    kda: &Option<String>,
+) -> Option<String> {
+    if mode == Mode::Prefill {
+        match op {
+            Op::Gdn if gdn.is_some() => return gdn.clone(),
+            Op::Kda if kda.is_some() => return kda.clone(),
+            _ => {}
+        }
+    }
+    backend.map(|s| s.to_string())
+}
+
+enum Outcome {
+    Pass,
+    Fail,
+}
+
+fn exit_code(e: &Error) -> u8 {
+    if e.is_usage() {
+        2
+    } else {
+        match e {
+            Error::Unavailable { .. } | Error::Unsupported { .. } => 2,
+            _ => 3,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(Outcome::Pass) => ExitCode::SUCCESS,
+        Ok(Outcome::Fail) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<Outcome, Error> {
+    match cli.cmd {
+        Cmd::Diff {
+            cases,
+            backends,
+            gdn_prefill_backend,
+            kda_prefill_backend,
+            json,
+            problem,
+        } => cmd_diff(
+            cases,
+            backends,
+            gdn_prefill_backend,
+            kda_prefill_backend,
+            json,
+            problem,
+        ),
+        Cmd::Gen { problem, out } => {
+            let (p, seqlens) = problem.problem()?;
+            let case = generate(&p, &seqlens, problem.seed, DataStyle::default())?;
+            eprintln!(
+                "computing the float64 reference for {} ({} sequences x {} value heads)...",
+                p, p.seqs, p.hv
+            );
+            let case = with_expected(case)?;
+            write_case(&out, &case)?;
+            println!("wrote {} ({})", out.display(), case.problem);
+            Ok(Outcome::Pass)
+        }
+        Cmd::Backends => {
+            let engine = Engine::new(&EngineOptions::default());
+            for d in engine.devices() {
+                match d {
+                    DeviceState::Available(c) => {
+                        println!("{:<5} available    {}", c.backend, c.summary())
+                    }
+                    DeviceState::Unavailable { backend, reason } => {
+                        println!("{backend:<5} unavailable  {reason}")
+                    }
+                }
+            }
+            Ok(Outcome::Pass)
+        }
+        Cmd::Rules { markdown } => {
+            if markdown {
+                print!("{}", deltarule_core::select::render_markdown());
+            } else {
+                print!("{}", render_rules());
+            }
+            Ok(Outcome::Pass)
+        }
+        Cmd::Select {
+            problem,
+            backend,
+            gdn_prefill_backend,
+            kda_prefill_backend,
+            explain,
+        } => {
+            let (p, seqlens) = problem.problem()?;
+            let name = alias_backend(
+                p.op,
+                p.mode,
+                Some(&backend),
+                &gdn_prefill_backend,
+                &kda_prefill_backend,
+            )
+            .unwrap_or_else(|| "auto".into());
+            let pref = Preference::parse(&name)?;
+            let engine = engine_for(std::slice::from_ref(&name));
+            let sel = engine.select(&p, pref, seqlens.iter().copied().max());
+            println!("problem: {p}");
+            println!("choice:  {pref}");
+            for d in engine.devices() {
+                if let DeviceState::Unavailable { backend, reason } = d {
+                    println!("device:  {backend} unavailable ({reason})");
+                }
+            }
+            if explain {
+                for line in sel.explain() {
+                    println!("{line}");
+                }
+            }
+            match sel.rule() {
+                Ok(r) => {
+                    println!(
+                        "chosen:  {} ({}:{}, {} precision, priority {}): {}",
+                        r.id, r.backend, r.kernel, r.precision, r.priority, r.note
+                    );
+                    Ok(Outcome::Pass)
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Cmd::Bench(args) => bench::run(args),
+    }
+}
+
+fn cmd_diff(
+    case_paths: Vec<PathBuf>,
+    backends: Vec<String>,
+    gdn_alias: Option<String>,
+    kda_alias: Option<String>,
+    json: bool,
+    problem: ProblemArgs,
+) -> Result<Outcome, Error> {
+    let mut cases: Vec<Case> = Vec::new();
+    let mut input_error: Option<Error> = None;
+    for path in &case_paths {
+        match read_case(path) {
+            Ok(c) => cases.push(c),
+            Err(e) => {
+                eprintln!("error: {e}");
+                input_error.get_or_insert(e);
+            }
+        }
+    }
+    if problem.given() {
+        let (p, seqlens) = problem.problem()?;
+        cases.push(generate(&p, &seqlens, problem.seed, DataStyle::default())?);
+    }
+    if cases.is_empty() && input_error.is_none() {
+        return Err(Error::invalid(
+            "--case",
+            "at least one case file, or a generated problem (--op ... --tokens ...)",
+            "nothing",
+        ));
+    }
+    let mut requested = backends.clone();
+    if let Some(g) = &gdn_alias {
+        requested.push(g.clone());
+    }
+    if let Some(k) = &kda_alias {
+        requested.push(k.clone());
+    }
+    let engine = engine_for(&requested);
+    for d in engine.devices() {
+        if let DeviceState::Unavailable { backend, reason } = d {
+            if !json {
+                eprintln!("note: {backend} unavailable: {reason}");
+            }
+        }
+    }
+    let mut all_rows: Vec<DiffRow> = Vec::new();
+    let mut failed = false;
+    for case in &cases {
+        let names: Vec<String> =
+            if backends.is_empty() && gdn_alias.is_none() && kda_alias.is_none() {
+                default_backends(&engine, case.problem.mode)
+            } else {
+                let mut v = backends.clone();
+                if let Some(a) = alias_backend(
+                    case.problem.op,
+                    case.problem.mode,
+                    None,
+                    &gdn_alias,
+                    &kda_alias,
+                ) {
+                    v.push(a);
+                }
+                if v.is_empty() {
+                    v = default_backends(&engine, case.problem.mode);
+                }
+                v
+            };
+        if !json {
+            eprintln!("{}: {} on {}", case.name, case.problem, names.join(", "));
+        }
+        let reference = reference_outputs(case)?;
+        for name in &names {
+            match diff_case(&engine, case, name, &reference) {
+                Ok(rows) => {
+                    for r in rows {
+                        failed |= !r.pass;
+                        if json {
+                            println!("{}", r.to_json());
+                        }
+                        all_rows.push(r);
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {} on {name}: {e}", case.name);
+                    if e.is_usage() {
+                        input_error.get_or_insert(e);
+                    } else {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+    if !json {
+        print!("{}", render_table(&all_rows));
+        let fails = all_rows.iter().filter(|r| !r.pass).count();
+        println!(
+            "{} comparisons, {} passed, {} failed",
+            all_rows.len(),
+            all_rows.len() - fails,
+            fails
+        );
+    }
+    if let Some(e) = input_error {
+        return Err(e);
+    }
+    Ok(if failed { Outcome::Fail } else { Outcome::Pass })
+}

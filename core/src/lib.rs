@@ -1,0 +1,37 @@
+//! # deltarule-core
+//!
+//! The contract of the deltarule engine (`../shared/SPEC.md`), with no device dependency:
+//!
+//! * the two operators, Gated DeltaNet (`gdn`, one scalar log-decay per token and value head) and
+//!   Kimi Delta Attention (`kda`, one log-decay per key channel), in prefill (chunked) and decode
+//!   (token recurrence) modes, described as data by [`problem::Problem`];
+//! * the recurrence that defines them, per sequence and value head with state `S` (K x V):
+//!   `S = D_t S; u = beta_t (v_t - S^T k_t); S = S + k_t u^T; o_t = scale S^T q_t`,
+//!   where `D_t = exp(g_t)` (gdn, scalar) or `diag(exp(g_t))` (kda);
+//! * the state contract (layouts `kv`/`vk`, f32/bf16/f16 storage, dense or pooled, in place,
+//!   checkpoints), the variable-length metadata ([`varlen`]), the structured errors
+//!   ([`error::Error`]), the tolerances ([`tolerance`]) and the selection rules ([`select`]).
+//!
+//! Backends implement [`backend::Backend`]; the engine facade selects a rule and runs it.
+
+pub mod backend;
+pub mod caps;
+pub mod dtype;
+pub mod error;
+pub mod problem;
+pub mod select;
+pub mod tensor;
+pub mod tolerance;
+pub mod varlen;
+
+pub use backend::{median, Backend, BenchOptions, BenchReport, Kernel};
+pub use caps::{BackendKind, Capabilities};
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub use problem::{
+    validate_inputs, BetaMode, FinalState, Gate, InitialState, Inputs, Mode, Op, Outputs, Problem,
+    StateLayout, Validated,
+};
+pub use select::{select, DeviceState, Preference, Rule, Selection, RULES};
+pub use tensor::{HostTensor, TensorData};
+pub use tolerance::{compare, Metrics, Precision};

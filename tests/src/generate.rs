@@ -1,0 +1,282 @@
+//! Seeded problem generator with realistic data: L2-normalised keys, log decays from logsigmoid
+//! or from the softplus and lower-bound formulas, beta in (0, 1), never all-zero inputs.
+
+use crate::casefile::{metadata_from_problem, Case, Expected};
+use crate::rng::Rng;
+use deltarule_core::problem::{BetaMode, Gate, InitialState, Op};
+use deltarule_core::{Backend, DType, HostTensor, Inputs, Kernel, Problem, Result};
+use deltarule_cpu::CpuBackend;
+
+/// How the gates are drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateStyle {
+    /// logsigmoid of N(3, 1.5) for log gates (typical decay 0.95 per token); realistic raw inputs
+    /// for the in-kernel gates.
+    Realistic,
+    /// Every log decay is 0 (no decay; log gates only).
+    NoDecay,
+    /// Very negative log decays (about -20 to -5 per token).
+    VeryNegative,
+    /// Raw gate inputs drawn from {-8, 0, 8} (FlashKDA's sweep); log gates get -8·u.
+    Adversarial,
+}
+
+/// How the data is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataStyle {
+    pub gate: GateStyle,
+    /// beta = 0 (probability) or -30 logits: the state only decays.
+    pub beta_zero: bool,
+    /// q, k, v all ones (k normalised): errors are easy to read.
+    pub ones: bool,
+}
+
+impl Default for DataStyle {
+    fn default() -> Self {
+        DataStyle {
+            gate: GateStyle::Realistic,
+            beta_zero: false,
+            ones: false,
+        }
+    }
+}
+
+/// Splits `tokens` into `seqs` lengths at random (each at least 1 when `tokens >= seqs`).
+pub fn split_tokens(tokens: usize, seqs: usize, seed: u64) -> Vec<usize> {
+    let seqs = seqs.max(1);
+    let mut rng = Rng::new(seed ^ 0x5eed_1e75);
+    if tokens < seqs {
+        let mut v = vec![0; seqs];
+        for x in v.iter_mut().take(tokens) {
+            *x = 1;
+        }
+        return v;
+    }
+    let mut cuts: Vec<usize> = (0..seqs - 1).map(|_| 1 + rng.below(tokens - 1)).collect();
+    cuts.sort();
+    // enforce at least one token per sequence
+    let mut lens = Vec::with_capacity(seqs);
+    let mut prev = 0;
+    for c in cuts {
+        lens.push(c - prev);
+        prev = c;
+    }
+    lens.push(tokens - prev);
+    // move tokens from the longest to empty sequences
+    while let Some(z) = lens.iter().position(|&l| l == 0) {
+        let (imax, _) = lens
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, &l)| l)
+            .unwrap_or((0, &0));
+        lens[imax] -= 1;
+        lens[z] += 1;
+    }
+    lens
+}
+
+fn logsigmoid(x: f64) -> f64 {
+    if x < 0.0 {
+        x - (-x).exp().ln_1p()
+    } else {
+        -(-x).exp().ln_1p()
+    }
+}
+
+/// Builds the inputs of `p` (with `p.tokens`/`p.seqs` replaced by `seqlens`) from `seed`.
+/// The returned case has no expected outputs; see [`with_expected`].
+pub fn generate(
+    template: &Problem,
+    seqlens: &[usize],
+    seed: u64,
+    style: DataStyle,
+) -> Result<Case> {
+    let mut p = template.clone();
+    p.seqs = seqlens.len();
+    p.tokens = seqlens.iter().sum();
+    p.validate()?;
+    let mut rng = Rng::new(seed);
+    let (t, h, hv, kd, vd) = (p.tokens, p.h, p.hv, p.k, p.v);
+
+    // q, k: normal; k L2-normalised unless the kernel normalises (then raw, scaled).
+    let mut q = vec![0.0; t * h * kd];
+    let mut k = vec![0.0; t * h * kd];
+    for x in q.iter_mut() {
+        *x = if style.ones { 1.0 } else { rng.normal() };
+    }
+    for x in k.iter_mut() {
+        *x = if style.ones { 1.0 } else { rng.normal() };
+    }
+    if !p.l2norm {
+        for row in k.chunks_mut(kd) {
+            let n = row.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
+            row.iter_mut().for_each(|x| *x /= n);
+        }
+    } else {
+        // raw projections have some scale; the kernel normalises them
+        k.iter_mut().for_each(|x| *x *= 0.7);
+    }
+    let v: Vec<f64> = (0..t * hv * vd)
+        .map(|_| if style.ones { 1.0 } else { rng.normal() })
+        .collect();
+
+    let gk = match p.op {
+        Op::Gdn => 1,
+        Op::Kda => kd,
+    };
+    let mut a_log = None;
+    let mut dt_bias = None;
+    let g: Vec<f64> = match p.gate {
+        Gate::Log => (0..t * hv * gk)
+            .map(|_| match style.gate {
+                GateStyle::Realistic => logsigmoid(3.0 + 1.5 * rng.normal()),
+                GateStyle::NoDecay => 0.0,
+                GateStyle::VeryNegative => rng.range(-20.0, -5.0),
+                GateStyle::Adversarial => -8.0 * rng.uniform(),
+            })
+            .collect(),
+        Gate::Softplus => {
+            // Mamba2-style initialisation: A in [1, 16], softplus(dt_bias) in [0.001, 0.1].
+            a_log = Some(
+                (0..hv)
+                    .map(|_| rng.range(1.0, 16.0).ln())
+                    .collect::<Vec<f64>>(),
+            );
+            dt_bias = Some(
+                (0..hv * gk)
+                    .map(|_| {
+                        let dt = (rng.range(0.001f64.ln(), 0.1f64.ln())).exp();
+                        dt + (-(-dt).exp_m1()).ln()
+                    })
+                    .collect::<Vec<f64>>(),
+            );
+            (0..t * hv * gk)
+                .map(|_| match style.gate {
+                    GateStyle::Adversarial => [-8.0, 0.0, 8.0][rng.below(3)],
+                    GateStyle::VeryNegative => rng.range(5.0, 10.0),
+                    _ => 0.5 * rng.normal(),
+                })
+                .collect()
+        }
+        Gate::LowerBound(_) => {
+            if p.a_log {
+                a_log = Some((0..hv).map(|_| 0.3 * rng.normal()).collect::<Vec<f64>>());
+            }
+            dt_bias = Some((0..hv * gk).map(|_| rng.normal()).collect::<Vec<f64>>());
+            (0..t * hv * gk)
+                .map(|_| match style.gate {
+                    GateStyle::Adversarial => [-8.0, 0.0, 8.0][rng.below(3)],
+                    GateStyle::VeryNegative => rng.range(5.0, 10.0),
+                    _ => rng.normal(),
+                })
+                .collect()
+        }
+    };
+    let beta: Vec<f64> = (0..t * hv)
+        .map(|_| {
+            let z = rng.normal();
+            match (p.beta, style.beta_zero) {
+                (BetaMode::Prob, false) => 1.0 / (1.0 + (-z).exp()),
+                (BetaMode::Prob, true) => 0.0,
+                (_, false) => z,
+                (_, true) => -30.0,
+            }
+        })
+        .collect();
+
+    let mut cu = vec![0i64];
+    for &l in seqlens {
+        let last = cu[cu.len() - 1];
+        cu.push(last + l as i64);
+    }
+
+    let state_len = hv * kd * vd;
+    let (initial_state, state_indices) = match p.initial {
+        InitialState::None => (None, None),
+        InitialState::Dense => {
+            let s: Vec<f64> = (0..p.seqs * state_len)
+                .map(|_| 0.5 * rng.normal())
+                .collect();
+            (
+                Some(HostTensor::from_f64(
+                    p.state_in_dtype,
+                    p.state_shape(p.seqs),
+                    &s,
+                )),
+                None,
+            )
+        }
+        InitialState::Pool { rows } => {
+            let s: Vec<f64> = (0..rows * state_len).map(|_| 0.5 * rng.normal()).collect();
+            // a random injective map of sequences to rows, with some sequences at -1
+            let mut free: Vec<usize> = (0..rows).collect();
+            let mut idx = Vec::with_capacity(p.seqs);
+            for n in 0..p.seqs {
+                let skip = free.is_empty() || (n % 4 == 3);
+                if skip {
+                    idx.push(-1i64);
+                } else {
+                    let j = rng.below(free.len());
+                    idx.push(free.swap_remove(j) as i64);
+                }
+            }
+            (
+                Some(HostTensor::from_f64(
+                    p.state_in_dtype,
+                    p.state_shape(rows),
+                    &s,
+                )),
+                Some(HostTensor::from_i64(p.index_dtype, vec![p.seqs], &idx)),
+            )
+        }
+    };
+
+    let inputs = Inputs {
+        q: HostTensor::from_f64(p.qkv_dtype, vec![t, h, kd], &q),
+        k: HostTensor::from_f64(p.qkv_dtype, vec![t, h, kd], &k),
+        v: HostTensor::from_f64(p.qkv_dtype, vec![t, hv, vd], &v),
+        g: HostTensor::from_f64(p.g_dtype, p.g_shape(), &g),
+        beta: HostTensor::from_f64(p.beta_dtype, vec![t, hv], &beta),
+        cu_seqlens: HostTensor::from_i64(p.offsets_dtype, vec![p.seqs + 1], &cu),
+        a_log: a_log.map(|a| HostTensor::from_f64(DType::F32, vec![hv], &a)),
+        dt_bias: dt_bias.map(|d| HostTensor::from_f64(DType::F32, vec![hv * gk], &d)),
+        initial_state,
+        state_indices,
+    };
+    let mut metadata = metadata_from_problem(&p);
+    metadata.insert(
+        "source".into(),
+        format!("deltarule generator, seed {seed}, lengths {seqlens:?}"),
+    );
+    Ok(Case {
+        name: p.id(),
+        problem: p,
+        inputs,
+        expected: Expected::default(),
+        metadata,
+    })
+}
+
+/// Fills the case's expected outputs with the float64 reference.
+pub fn with_expected(mut case: Case) -> Result<Case> {
+    let out = CpuBackend::new().run(Kernel::Reference, &case.problem, &case.inputs)?;
+    case.expected = Expected::from_outputs(&out);
+    Ok(case)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_covers_every_token() {
+        for (t, n) in [(10, 3), (333, 4), (2, 5), (64, 64), (1, 1)] {
+            let l = split_tokens(t, n, 7);
+            assert_eq!(l.len(), n);
+            assert_eq!(l.iter().sum::<usize>(), t);
+            if t >= n {
+                assert!(l.iter().all(|&x| x >= 1));
+            }
+        }
+    }
+}
