@@ -9,6 +9,7 @@ pub mod cases;
 pub mod diff;
 pub mod generate;
 pub mod rng;
+pub mod suite;
 
 /// The folder of the shared golden case files: `DELTARULE_GOLDEN` when set, else
 /// `../shared/golden` next to the checkout, else the copy committed in `tests/golden/shared` (a

@@ -120,10 +120,44 @@ impl Engine {
     }
 }
 
+/// Constructs a backend, or returns why it is unavailable (the constructors never panic).
 fn probe(kind: BackendKind) -> std::result::Result<Box<dyn Backend>, String> {
     match kind {
-        BackendKind::Wgpu => Err("this build has no wgpu backend".into()),
-        BackendKind::Cuda => Err("this build has no CUDA backend".into()),
         BackendKind::Cpu => Ok(Box::new(CpuBackend::new())),
+        BackendKind::Wgpu => probe_wgpu(),
+        BackendKind::Cuda => probe_cuda(),
+    }
+}
+
+#[cfg(feature = "wgpu")]
+fn probe_wgpu() -> std::result::Result<Box<dyn Backend>, String> {
+    let choice = deltarule_wgpu::AdapterChoice::from_env();
+    deltarule_wgpu::WgpuBackend::new(choice)
+        .map(|b| Box::new(b) as Box<dyn Backend>)
+        .map_err(reason)
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn probe_wgpu() -> std::result::Result<Box<dyn Backend>, String> {
+    Err("this build has no wgpu backend (feature `wgpu` off)".into())
+}
+
+#[cfg(feature = "cuda")]
+fn probe_cuda() -> std::result::Result<Box<dyn Backend>, String> {
+    deltarule_cuda::CudaBackend::new(0)
+        .map(|b| Box::new(b) as Box<dyn Backend>)
+        .map_err(reason)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn probe_cuda() -> std::result::Result<Box<dyn Backend>, String> {
+    Err("this build has no CUDA backend (feature `cuda` off)".into())
+}
+
+#[allow(dead_code)]
+fn reason(e: deltarule_core::Error) -> String {
+    match e {
+        deltarule_core::Error::Unavailable { reason, .. } => reason,
+        other => other.to_string(),
     }
 }

@@ -1,0 +1,58 @@
+//! The conformance suite, instantiated once per backend (STYLE.md rule 8). A backend that is not
+//! present on this machine is skipped with its reason printed; with its `DELTARULE_REQUIRE_*`
+//! variable set to 1 the skip becomes a failure (CI sets it for wgpu on lavapipe; the H200 run
+//! sets it for CUDA).
+
+use deltarule_tests::suite;
+
+macro_rules! conformance_suite {
+    ($module:ident, $backend:expr, $require:expr, $seeds:expr) => {
+        mod $module {
+            use super::suite;
+
+            fn present() -> bool {
+                match suite::availability($backend, $require) {
+                    Ok(()) => true,
+                    Err(reason) => {
+                        println!("SKIP {}: backend unavailable: {reason}", $backend);
+                        false
+                    }
+                }
+            }
+
+            #[test]
+            fn golden_files() {
+                if present() {
+                    suite::golden($backend).finish("golden files", $backend);
+                }
+            }
+
+            #[test]
+            fn generated_cases() {
+                if present() {
+                    suite::generated($backend, |_| true).finish("generated cases", $backend);
+                }
+            }
+
+            #[test]
+            fn state_contract_properties() {
+                if present() {
+                    suite::properties($backend, $seeds).finish("properties", $backend);
+                }
+            }
+
+            #[test]
+            fn bad_inputs() {
+                if present() {
+                    suite::bad_inputs($backend).finish("bad inputs", $backend);
+                }
+            }
+        }
+    };
+}
+
+conformance_suite!(cpu_reference, "cpu", None, 3);
+conformance_suite!(cpu_chunked, "cpu:chunked", None, 3);
+conformance_suite!(cpu_chunked_f64, "cpu:chunked-f64", None, 2);
+conformance_suite!(wgpu, "wgpu", Some("DELTARULE_REQUIRE_WGPU"), 2);
+conformance_suite!(cuda, "cuda", Some("DELTARULE_REQUIRE_CUDA"), 2);
