@@ -3,7 +3,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use deltarule_core::problem::{Mode, Op};
-use deltarule_core::{Backend, Kernel, Problem};
+use deltarule_core::{Kernel, Problem};
 use deltarule_engine::Engine;
 use deltarule_tests::generate::{generate, DataStyle};
 
