@@ -406,6 +406,8 @@ pub static RULES: &[Rule] = &[
         Precision::Reference,
         "float64 token recurrence, pool updated in place: accepts every valid problem",
     ),
+    // ---------------------------------------------------------------- wgpu rows (issue 3)
+    // ---------------------------------------------------------------- cuda rows (issue 4)
 ];
 
 /// What the caller asks for.
