@@ -1,0 +1,395 @@
+//! The command as a user runs it: exit codes, tables, messages.
+
+use deltarule_core::problem::{FinalState, InitialState, Mode, Op};
+use deltarule_core::{DType, HostTensor, Problem};
+use deltarule_tests::casefile::{case_bytes, read_case, Case};
+use deltarule_tests::generate::{generate, with_expected, DataStyle};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_deltarule"));
+    // keep the probes to the CPU unless a test asks otherwise
+    c.env("WGPU_BACKEND", "none");
+    c
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("deltarule-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d.join(name)
+}
+
+fn golden(name: &str) -> PathBuf {
+    deltarule_tests::golden_dir().join(format!("{name}.safetensors"))
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn diff_of_the_golden_files_on_cpu_passes() {
+    let files = deltarule_tests::golden_files();
+    let out = bin()
+        .arg("diff")
+        .arg("--case")
+        .args(&files)
+        .args(["--backend", "cpu", "cpu:chunked"])
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{so}\nstderr:\n{se}");
+    assert!(so.contains("pass") && !so.contains("FAIL"), "{so}");
+    assert!(
+        so.contains("gdn_gva_varlen_state") && so.contains("final_state"),
+        "{so}"
+    );
+}
+
+#[test]
+fn json_rows_have_the_documented_fields() {
+    let out = bin()
+        .args(["diff", "--json", "--backend", "cpu", "--case"])
+        .arg(golden("kda_checkpoints_example"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let (so, _) = text(&out);
+    let rows: Vec<serde_json::Value> = so
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(rows.len(), 3, "o, final_state, checkpoints");
+    for r in rows {
+        for f in [
+            "case",
+            "backend",
+            "kernel",
+            "tensor",
+            "rel_l2",
+            "max_abs",
+            "worst",
+            "nonfinite",
+            "tolerance",
+            "pass",
+        ] {
+            assert!(r.get(f).is_some(), "field {f} missing in {r}");
+        }
+        for f in ["sequence", "token", "head", "channel"] {
+            assert!(r["worst"].get(f).is_some(), "worst.{f} missing in {r}");
+        }
+    }
+}
+
+fn write(case: &Case, name: &str) -> PathBuf {
+    let p = tmp(name);
+    std::fs::write(&p, case_bytes(case).expect("serialise")).expect("write");
+    p
+}
+
+#[test]
+fn an_altered_expected_value_exits_1_and_names_the_worst_element() {
+    let mut c = read_case(&golden("gdn_gva_varlen_state")).expect("read");
+    let o = c.expected.o.as_ref().expect("expected_o");
+    let mut v = o.to_f64_vec();
+    // token 200 (sequence 2 or 3), value head 3, channel 17
+    let (t, hv, ch) = (200usize, 3usize, 17usize);
+    let idx = (t * 4 + hv) * 128 + ch;
+    v[idx] += 1.0;
+    c.expected.o = Some(HostTensor::from_f64(DType::F32, o.shape.clone(), &v));
+    let path = write(&c, "altered.safetensors");
+    let out = bin()
+        .args(["diff", "--backend", "cpu", "--case"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{so}\n{se}");
+    let cu = c.inputs.cu_seqlens.to_i64_vec("cu").expect("cu");
+    let seq = cu.iter().rposition(|&x| x <= t as i64).expect("seq");
+    let tok = t as i64 - cu[seq];
+    let want = format!("seq {seq} tok {tok} head {hv} ch {ch}");
+    let line = so
+        .lines()
+        .find(|l| l.contains("FAIL"))
+        .unwrap_or_else(|| panic!("no FAIL row in\n{so}"));
+    assert!(line.contains(&want), "`{line}` should name {want}");
+    assert!(line.contains(" o "), "{line}");
+}
+
+fn bad_case() -> Case {
+    let mut p = Problem::new(Op::Gdn, Mode::Prefill, 1, 1, 2, 4, 32, 32);
+    p.initial = InitialState::Pool { rows: 4 };
+    p.final_state = FinalState::InPlace;
+    let c = generate(&p, &[30, 20], 3, DataStyle::default()).expect("generate");
+    with_expected(c).expect("reference")
+}
+
+fn expect_usage_error(c: &Case, name: &str, needle: &str, extra: &[&str]) {
+    let path = write(c, name);
+    let out = bin()
+        .args(["diff", "--backend", "cpu"])
+        .args(extra)
+        .arg("--case")
+        .arg(&path)
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{name}: stdout {so}\nstderr {se}"
+    );
+    let errors: Vec<&str> = se.lines().filter(|l| l.starts_with("error:")).collect();
+    assert!(!errors.is_empty(), "{name}: no error line in {se}");
+    assert!(
+        errors.iter().any(|l| l.contains(needle)),
+        "{name}: `{needle}` not named in {errors:?}"
+    );
+    assert!(!se.contains("panicked"), "{name}: panic\n{se}");
+}
+
+#[test]
+fn bad_inputs_exit_2_with_a_message_naming_the_argument() {
+    let base = bad_case();
+    let mut c = base.clone();
+    c.inputs.k = HostTensor::from_f64(DType::BF16, vec![49, 2, 32], &vec![0.1; 49 * 64]);
+    expect_usage_error(&c, "shape.safetensors", "`k`", &[]);
+
+    let mut c = base.clone();
+    c.inputs.v = HostTensor::from_f64(DType::BF16, vec![50, 3, 32], &vec![0.1; 50 * 96]);
+    c.inputs.g = HostTensor::from_f64(DType::F32, vec![50, 3], &vec![-0.1; 150]);
+    c.inputs.beta = HostTensor::from_f64(DType::F32, vec![50, 3], &vec![0.5; 150]);
+    c.inputs.initial_state = None;
+    c.inputs.state_indices = None;
+    c.expected = Default::default();
+    expect_usage_error(&c, "hv.safetensors", "HV", &[]);
+
+    for (name, cu, needle) in [
+        ("decreasing", vec![0, 40, 30, 50], "cu_seqlens[2]"),
+        ("range", vec![0, 80, 50], "cu_seqlens[1]"),
+        ("start", vec![5, 30, 50], "cu_seqlens[0]"),
+        ("end", vec![0, 30, 45], "cu_seqlens[2]"),
+    ] {
+        let mut c = base.clone();
+        let n = cu.len();
+        c.inputs.cu_seqlens = HostTensor::from_i64(DType::I64, vec![n], &cu);
+        if n != 3 {
+            c.inputs.state_indices = Some(HostTensor::from_i64(
+                DType::I64,
+                vec![n - 1],
+                &vec![-1; n - 1],
+            ));
+        }
+        expect_usage_error(&c, &format!("cu-{name}.safetensors"), needle, &[]);
+    }
+    for (name, idx, needle) in [
+        ("range", vec![0, 4], "state_indices[1]"),
+        ("dup", vec![1, 1], "state_indices[1]"),
+    ] {
+        let mut c = base.clone();
+        c.inputs.state_indices = Some(HostTensor::from_i64(DType::I64, vec![2], &idx));
+        expect_usage_error(&c, &format!("idx-{name}.safetensors"), needle, &[]);
+    }
+    let mut c = base.clone();
+    let mut v = c.inputs.q.to_f64_vec();
+    v[5] = f64::NAN;
+    c.inputs.q = HostTensor::from_f64(DType::BF16, c.inputs.q.shape.clone(), &v);
+    expect_usage_error(&c, "nan.safetensors", "`q`", &["--check-finite"]);
+
+    let mut c = base.clone();
+    c.metadata.insert("gate".into(), "lower_bound".into());
+    c.metadata.insert("lower_bound".into(), "0.5".into());
+    // case_bytes writes the problem's own options; write the raw bytes with patched metadata
+    let path = tmp("lb.safetensors");
+    std::fs::write(
+        &path,
+        patch_metadata(&c, &[("gate", "lower_bound"), ("lower_bound", "0.5")]),
+    )
+    .expect("write");
+    let out = bin()
+        .args(["diff", "--backend", "cpu", "--case"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{se}");
+    assert!(se.contains("lower_bound") || se.contains("gate"), "{se}");
+
+    let path = tmp("meta.safetensors");
+    std::fs::write(&path, patch_metadata(&base, &[("beta", "softmax")])).expect("write");
+    let out = bin()
+        .args(["diff", "--backend", "cpu", "--case"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{se}");
+    assert!(se.contains("metadata `beta`"), "{se}");
+
+    let bytes = case_bytes(&base).expect("serialise");
+    let path = tmp("truncated.safetensors");
+    std::fs::write(&path, &bytes[..bytes.len() / 3]).expect("write");
+    let out = bin()
+        .args(["diff", "--backend", "cpu", "--case"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{se}");
+    assert!(se.contains("truncated.safetensors"), "{se}");
+
+    let out = bin()
+        .args([
+            "diff",
+            "--backend",
+            "cpu",
+            "--case",
+            "/no/such/file.safetensors",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+fn patch_metadata(c: &Case, kv: &[(&str, &str)]) -> Vec<u8> {
+    let mut good = case_bytes(c).expect("serialise");
+    let n = u64::from_le_bytes(good[..8].try_into().expect("8 bytes")) as usize;
+    let mut json: serde_json::Value = serde_json::from_slice(&good[8..8 + n]).expect("header json");
+    for (k, v) in kv {
+        json["__metadata__"][*k] = serde_json::Value::String(v.to_string());
+    }
+    let mut h = serde_json::to_string(&json).expect("json");
+    while h.len() % 8 != 0 {
+        h.push(' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(&good.split_off(8 + n));
+    out
+}
+
+#[test]
+fn generated_problems_diff_and_gen_round_trip() {
+    let out = bin()
+        .args([
+            "diff",
+            "--backend",
+            "cpu:chunked",
+            "--op",
+            "kda",
+            "--tokens",
+            "150",
+            "--seqs",
+            "3",
+            "--heads",
+            "2",
+            "--v-heads",
+            "4",
+            "--head-dim",
+            "32",
+            "--value-dim",
+            "48",
+            "--gate",
+            "lower-bound",
+            "--beta",
+            "logit",
+            "--l2norm",
+            "--initial-state",
+            "pool",
+            "--layout",
+            "vk",
+            "--state-dtype",
+            "bf16",
+            "--seed",
+            "9",
+        ])
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}\n{se}");
+    let path = tmp("gen.safetensors");
+    let out = bin()
+        .args([
+            "gen",
+            "--op",
+            "gdn",
+            "--tokens",
+            "100",
+            "--seqs",
+            "2",
+            "--heads",
+            "1",
+            "--v-heads",
+            "2",
+            "--head-dim",
+            "64",
+            "--checkpoint-every",
+            "32",
+            "--initial-state",
+            "dense",
+            "--out",
+        ])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let c = read_case(Path::new(&path)).expect("read back");
+    assert!(c.expected.checkpoints.is_some());
+    let out = bin()
+        .args(["diff", "--backend", "cpu", "cpu:chunked", "--case"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).0);
+}
+
+#[test]
+fn select_explains_and_refuses_what_does_not_fit() {
+    let args = [
+        "select",
+        "--op",
+        "kda",
+        "--mode",
+        "prefill",
+        "--tokens",
+        "8192",
+        "--heads",
+        "32",
+        "--head-dim",
+        "128",
+        "--state-dtype",
+        "bf16",
+        "--explain",
+    ];
+    let out = bin()
+        .args(args)
+        .args(["--backend", "cuda:small-bh"])
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    if out.status.code() == Some(0) {
+        // a machine with CUDA: the explicit choice fits
+        assert!(so.contains("chosen:"), "{so}");
+    } else {
+        assert_eq!(out.status.code(), Some(2), "{so}\n{se}");
+        assert!(se.contains("no CUDA device") || se.contains("cuda"), "{se}");
+    }
+    let out = bin()
+        .args(args)
+        .args(["--backend", "auto"])
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}\n{se}");
+    assert!(so.contains("chosen:"), "{so}");
+    let out = bin().args(["rules"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let out = bin().args(["backends"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out).0.contains("cpu"));
+}
