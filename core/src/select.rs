@@ -332,6 +332,52 @@ const fn cpu_rule(
     }
 }
 
+/// The wgpu rows accept every option of SPEC.md (f32 arithmetic, any checkpoint interval, head
+/// dims 16..=256); the kernels need 8 storage buffers per stage, 32 KiB of workgroup memory and
+/// 256 invocations per workgroup (lavapipe and NVIDIA's Vulkan driver have them).
+const fn wgpu_rule(
+    id: &'static str,
+    op: Op,
+    mode: Mode,
+    kernel: Kernel,
+    note: &'static str,
+) -> Rule {
+    Rule {
+        id,
+        op,
+        mode,
+        backend: BackendKind::Wgpu,
+        kernel,
+        priority: 45,
+        precision: Precision::F32,
+        qkv_dtypes: QKV_ALL,
+        g_dtypes: G_ALL,
+        beta_dtypes: G_ALL,
+        out_dtypes: OUT_ALL,
+        state_dtypes: STATE_ALL,
+        layouts: LAYOUT_ALL,
+        head_k: DIM_REF,
+        head_v: DIM_REF,
+        gva: true,
+        gates: GateRule::ALL,
+        betas: BETA_ALL,
+        l2norm: true,
+        pools: true,
+        checkpoints: CheckpointRule::Any,
+        max_seq_len: None,
+        needs: WGPU_NEEDS,
+        graph_safe: false,
+        auto_when: AutoWhen::Always,
+        note,
+    }
+}
+
+const WGPU_NEEDS: &[Need] = &[
+    Need::StorageBuffers(8),
+    Need::WorkgroupStorage(32 << 10),
+    Need::Invocations(256),
+];
+
 /// The table. Order is presentation only; `priority` decides `auto`.
 pub static RULES: &[Rule] = &[
     cpu_rule(
@@ -407,6 +453,37 @@ pub static RULES: &[Rule] = &[
         "float64 token recurrence, pool updated in place: accepts every valid problem",
     ),
     // ---------------------------------------------------------------- wgpu rows (issue 3)
+    wgpu_rule(
+        "wgpu.gdn.prefill.chunked",
+        Op::Gdn,
+        Mode::Prefill,
+        Kernel::Chunked,
+        "WGSL chunked prefill in f32: chunk-parallel intra stage, state pass split over value \
+         tiles, chunk-parallel output pass; bf16/f16 unpacked from u32 words in the shaders",
+    ),
+    wgpu_rule(
+        "wgpu.gdn.decode.recurrent",
+        Op::Gdn,
+        Mode::Decode,
+        Kernel::Recurrent,
+        "WGSL token recurrence in f32, one workgroup per (sequence, value head, 32 columns), \
+         pool updated in place",
+    ),
+    wgpu_rule(
+        "wgpu.kda.prefill.chunked",
+        Op::Kda,
+        Mode::Prefill,
+        Kernel::Chunked,
+        "WGSL chunked prefill in f32, per-channel decay evaluated element by element (no \
+         exponent above 0, any gate); same state and output passes as gdn",
+    ),
+    wgpu_rule(
+        "wgpu.kda.decode.recurrent",
+        Op::Kda,
+        Mode::Decode,
+        Kernel::Recurrent,
+        "WGSL token recurrence in f32, per-channel decay, pool updated in place",
+    ),
     // ---------------------------------------------------------------- cuda rows (issue 4)
 ];
 

@@ -1,36 +1,103 @@
-//! # deltarule-wgpu (placeholder until issue 3 lands)
+//! # deltarule-wgpu
+//!
+//! The WGSL reference backend on wgpu (Vulkan, Metal, DX12; lavapipe in CI). f32 arithmetic;
+//! device buffers hold the caller's dtypes (bf16 and f16 unpacked from `u32` words in the
+//! shaders). Prefill runs the chunked algorithm of SPEC.md section 5 in three stages (a
+//! chunk-parallel intra stage, a state pass split over value tiles, a chunk-parallel output
+//! pass); decode runs the token recurrence. Every option of SPEC.md works: GVA, varlen with
+//! zero-length sequences, both state layouts, f32/bf16/f16 states, pools in place, checkpoints
+//! at any interval, L2 norm and the in-kernel gates and betas.
+//!
+//! Modules: [`device`] (the only one touching adapter and device APIs), [`shaders`] (the WGSL
+//! registry), [`pipelines`] (cache keyed by shader and override constants), [`launch`] (tables,
+//! buffers, dispatch lists).
+//!
+//! Production modules are created without wgpu's injected bounds checks (about 8.5x faster on
+//! NVIDIA's Vulkan driver); `DELTARULE_WGPU_CHECKED=1` (or [`AdapterChoice::checked`]) selects
+//! modules with the checks, which the tests also run.
+
+pub mod device;
+pub mod error;
+pub mod launch;
+pub mod pipelines;
+pub mod shaders;
 
 use deltarule_core::{
-    Backend, BackendKind, Capabilities, Error, Inputs, Kernel, Outputs, Problem, Result,
+    validate_inputs, Backend, BackendKind, BenchOptions, BenchReport, Capabilities, Error, Inputs,
+    Kernel, Mode, Outputs, Problem, Result,
 };
+use device::Gpu;
+use launch::{Call, InputSet};
+use pipelines::PipelineCache;
 
-/// Which adapter to use.
+/// Which adapter to use, and how.
 #[derive(Clone, Debug, Default)]
 pub struct AdapterChoice {
     /// Substring of the adapter name to prefer (`DELTARULE_WGPU_ADAPTER`).
     pub name: Option<String>,
+    /// Shader modules with wgpu's runtime bounds checks (`DELTARULE_WGPU_CHECKED=1`).
+    pub checked: bool,
 }
 
 impl AdapterChoice {
-    /// Reads `DELTARULE_WGPU_ADAPTER`.
+    /// Reads `DELTARULE_WGPU_ADAPTER` and `DELTARULE_WGPU_CHECKED`. The backend API set comes from
+    /// wgpu's own `WGPU_BACKEND` (`vulkan`, `metal`, `dx12`, `gl`).
     pub fn from_env() -> Self {
         AdapterChoice {
-            name: std::env::var("DELTARULE_WGPU_ADAPTER").ok(),
+            name: std::env::var("DELTARULE_WGPU_ADAPTER")
+                .ok()
+                .filter(|s| !s.is_empty()),
+            checked: std::env::var("DELTARULE_WGPU_CHECKED").ok().as_deref() == Some("1"),
         }
     }
 }
 
-/// The wgpu backend (not implemented yet).
+/// The wgpu backend.
 pub struct WgpuBackend {
+    gpu: Gpu,
     caps: Capabilities,
+    cache: PipelineCache,
 }
 
 impl WgpuBackend {
-    pub fn new(_choice: AdapterChoice) -> Result<Self> {
-        Err(Error::Unavailable {
-            backend: BackendKind::Wgpu,
-            reason: "the wgpu backend is not implemented in this build".into(),
+    /// Opens the adapter; `Error::Unavailable` with what was searched when there is none.
+    pub fn new(choice: AdapterChoice) -> Result<Self> {
+        let gpu = Gpu::open(&choice)?;
+        let caps = gpu.caps();
+        Ok(WgpuBackend {
+            gpu,
+            caps,
+            cache: PipelineCache::default(),
         })
+    }
+
+    /// The device behind the backend (for tests of the launch layer).
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Compiled pipelines so far.
+    pub fn pipelines(&self) -> usize {
+        self.cache.len()
+    }
+
+    fn check_kernel(&self, kernel: Kernel, p: &Problem) -> Result<()> {
+        let want = match p.mode {
+            Mode::Prefill => Kernel::Chunked,
+            Mode::Decode => Kernel::Recurrent,
+        };
+        if kernel != want {
+            return Err(Error::unsupported(
+                BackendKind::Wgpu,
+                kernel.name(),
+                format!(
+                    "the wgpu backend runs {} with the `{}` kernel",
+                    p.mode.name(),
+                    want.name()
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -38,17 +105,54 @@ impl Backend for WgpuBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Wgpu
     }
+
     fn caps(&self) -> &Capabilities {
         &self.caps
     }
+
     fn kernels(&self) -> &'static [Kernel] {
-        &[]
+        &[Kernel::Chunked, Kernel::Recurrent]
     }
-    fn run(&self, kernel: Kernel, _p: &Problem, _inputs: &Inputs) -> Result<Outputs> {
-        Err(Error::unsupported(
-            BackendKind::Wgpu,
-            kernel.name(),
-            "not implemented",
-        ))
+
+    fn run(&self, kernel: Kernel, p: &Problem, inputs: &Inputs) -> Result<Outputs> {
+        let val = validate_inputs(p, inputs)?;
+        self.check_kernel(kernel, p)?;
+        let call = Call::new(&self.gpu, &self.cache, p, inputs, &val)?;
+        let set = InputSet::upload(&self.gpu, inputs);
+        self.gpu.run(&call.dispatches(p, &set))?;
+        call.shared.download(&self.gpu, p, &set)
+    }
+
+    fn bench(
+        &self,
+        kernel: Kernel,
+        p: &Problem,
+        inputs: &Inputs,
+        opts: &BenchOptions,
+    ) -> Result<BenchReport> {
+        let val = validate_inputs(p, inputs)?;
+        self.check_kernel(kernel, p)?;
+        let call = Call::new(&self.gpu, &self.cache, p, inputs, &val)?;
+        let first = InputSet::upload(&self.gpu, inputs);
+        let per_set = first.bytes.max(1);
+        let count = (opts.rotate_bytes / per_set + 1).clamp(1, 64);
+        let mut sets = vec![first];
+        while sets.len() < count {
+            sets.push(InputSet::upload(&self.gpu, inputs));
+        }
+        let calls: Vec<_> = sets.iter().map(|s| call.dispatches(p, s)).collect();
+        let (device_ms, host_us) = self.gpu.time(&calls, opts.warmup, opts.iters)?;
+        let timer = if self.caps.timestamps {
+            "wgpu timestamp queries (compute pass begin/end)"
+        } else {
+            "host wall clock per batch (no timestamp queries)"
+        };
+        Ok(BenchReport {
+            device_ms,
+            host_us,
+            timer: timer.into(),
+            input_sets: sets.len(),
+            device: self.caps.device.clone(),
+        })
     }
 }

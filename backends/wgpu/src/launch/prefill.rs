@@ -1,0 +1,192 @@
+//! Chunked prefill (SPEC.md section 5): the intra stage (`{gdn,kda}_prefill_intra.wgsl`), the
+//! state pass split over value tiles (`prefill_state.wgsl`) and the output pass
+//! (`prefill_output.wgsl`). Value heads are processed in batches small enough that each
+//! workspace buffer fits one storage binding.
+
+use super::{base_params, dt_code, grid, InputSet, Params, Shared};
+use crate::device::{Dispatch, Gpu};
+use crate::error;
+use crate::pipelines::PipelineCache;
+use crate::shaders::Shader;
+use deltarule_core::{Op, Problem, Result};
+use std::sync::Arc;
+
+/// Columns of a state-pass workgroup: the K x BV state slice must fit 4096 floats.
+pub fn state_tile(k: usize) -> usize {
+    if k <= 128 {
+        32
+    } else {
+        16
+    }
+}
+
+/// f32 words of one (chunk, head) slot of the `wsa` workspace.
+pub fn wsa_slot(op: Op, k: usize) -> usize {
+    let blocks = match op {
+        Op::Gdn => 3,
+        Op::Kda => 4,
+    };
+    blocks * 64 * k + 64 * 64 + k
+}
+
+struct Batch {
+    hvb: u32,
+    intra: wgpu::Buffer,
+    state: wgpu::Buffer,
+    output: wgpu::Buffer,
+}
+
+pub struct Prefill {
+    intra: Arc<wgpu::ComputePipeline>,
+    state: Arc<wgpu::ComputePipeline>,
+    output: Arc<wgpu::ComputePipeline>,
+    wsa: wgpu::Buffer,
+    wsu: wgpu::Buffer,
+    wsh: wgpu::Buffer,
+    batches: Vec<Batch>,
+    chunks: u32,
+    seqs: u32,
+    nvt_state: u32,
+    nvt_out: u32,
+}
+
+impl Prefill {
+    pub fn new(gpu: &Gpu, cache: &PipelineCache, p: &Problem, sh: &Shared) -> Result<Prefill> {
+        let (k, v) = (p.k as f64, p.v as f64);
+        let intra_shader = match p.op {
+            Op::Gdn => Shader::GdnPrefillIntra,
+            Op::Kda => Shader::KdaPrefillIntra,
+        };
+        let intra = cache.get(
+            gpu,
+            intra_shader,
+            &[
+                ("HEAD_K", k),
+                ("HEAD_V", v),
+                ("QKV_DT", dt_code(p.qkv_dtype) as f64),
+                ("G_DT", dt_code(p.g_dtype) as f64),
+                ("BETA_DT", dt_code(p.beta_dtype) as f64),
+            ],
+        )?;
+        let bv = state_tile(p.k);
+        let state = cache.get(
+            gpu,
+            Shader::PrefillState,
+            &[("HEAD_K", k), ("HEAD_V", v), ("BV", bv as f64)],
+        )?;
+        let output = cache.get(gpu, Shader::PrefillOutput, &[("HEAD_K", k), ("HEAD_V", v)])?;
+
+        let nc = sh.tables.chunks as usize;
+        let per_head = [nc * wsa_slot(p.op, p.k), nc * 64 * p.v, nc * p.k * p.v]
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+            * 4;
+        let limit = gpu.max_binding() as usize;
+        let hvb = if per_head == 0 {
+            p.hv
+        } else {
+            (limit / per_head).min(p.hv)
+        };
+        if hvb == 0 {
+            return Err(error::device(format!(
+                "one value head of this problem needs a {} MiB workspace, more than the \
+                 device's largest storage binding ({} MiB)",
+                per_head >> 20,
+                limit >> 20
+            )));
+        }
+        let wsa = gpu.scratch("wsa", (hvb * nc * wsa_slot(p.op, p.k) * 4) as u64);
+        let wsu = gpu.scratch("wsu", (hvb * nc * 64 * p.v * 4) as u64);
+        let wsh = gpu.scratch("wsh", (hvb * nc * p.k * p.v * 4) as u64);
+
+        let base = base_params(p, &sh.tables);
+        let (_, _, grid_c) = grid(sh.tables.chunks);
+        let (_, _, grid_n) = grid(p.seqs as u32);
+        let nvt_state = p.v.div_ceil(bv) as u32;
+        let nvt_out = p.v.div_ceil(64) as u32;
+        let mut batches = Vec::new();
+        let mut hv0 = 0;
+        while hv0 < p.hv {
+            let n = hvb.min(p.hv - hv0) as u32;
+            let common = Params {
+                hv0: hv0 as u32,
+                hvb: n,
+                grid_c,
+                grid_n,
+                off_o: 0,
+                off_ckpt: sh.out.off_ckpt as u32,
+                off_final: sh.out.off_final as u32,
+                ..base
+            };
+            batches.push(Batch {
+                hvb: n,
+                intra: gpu.uniform(&common.words()),
+                state: gpu.uniform(
+                    &Params {
+                        nvt: nvt_state,
+                        ..common
+                    }
+                    .words(),
+                ),
+                output: gpu.uniform(
+                    &Params {
+                        nvt: nvt_out,
+                        ..common
+                    }
+                    .words(),
+                ),
+            });
+            hv0 += hvb;
+        }
+        Ok(Prefill {
+            intra,
+            state,
+            output,
+            wsa,
+            wsu,
+            wsh,
+            batches,
+            chunks: sh.tables.chunks,
+            seqs: p.seqs as u32,
+            nvt_state,
+            nvt_out,
+        })
+    }
+
+    pub fn dispatches<'a>(&'a self, sh: &'a Shared, set: &'a InputSet) -> Vec<Dispatch<'a>> {
+        let (cx, cy, _) = grid(self.chunks);
+        let (nx, ny, _) = grid(self.seqs);
+        let mut v = Vec::new();
+        for b in &self.batches {
+            if self.chunks > 0 {
+                v.push(Dispatch {
+                    pipeline: &self.intra,
+                    uniform: &b.intra,
+                    storage: vec![
+                        &sh.aux, &set.q, &set.k, &set.v, &set.g, &set.beta, &self.wsa, &self.wsu,
+                    ],
+                    groups: [cx, cy, b.hvb],
+                    label: "prefill intra",
+                });
+            }
+            v.push(Dispatch {
+                pipeline: &self.state,
+                uniform: &b.state,
+                storage: vec![&sh.aux, &self.wsa, &self.wsu, &self.wsh, &set.st, &sh.outs],
+                groups: [nx, ny, b.hvb * self.nvt_state],
+                label: "prefill state",
+            });
+            if self.chunks > 0 {
+                v.push(Dispatch {
+                    pipeline: &self.output,
+                    uniform: &b.output,
+                    storage: vec![&sh.aux, &self.wsa, &self.wsu, &self.wsh, &sh.outs],
+                    groups: [cx, cy, b.hvb * self.nvt_out],
+                    label: "prefill output",
+                });
+            }
+        }
+        v
+    }
+}

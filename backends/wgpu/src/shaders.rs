@@ -1,0 +1,85 @@
+//! The WGSL registry (STYLE.md section 5): one enum entry per stage file in `shaders/`, each
+//! embedded with `include_str!` and prefixed by the shared prelude `common.wgsl` in [`Shader::source`],
+//! the one function both the runtime and the validation test use.
+
+/// The prelude concatenated in front of every stage (no bindings, only `Params` and helpers).
+pub const PRELUDE_FILE: &str = "common.wgsl";
+const PRELUDE: &str = include_str!("../../../shaders/common.wgsl");
+
+/// One WGSL stage file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Shader {
+    /// gdn prefill, chunk-parallel intra stage (Γ, A, T, W, U, P, decayed q/k).
+    GdnPrefillIntra,
+    /// kda prefill, chunk-parallel intra stage (per-channel Γ).
+    KdaPrefillIntra,
+    /// Sequential state pass over chunks, split over value tiles (gdn and kda).
+    PrefillState,
+    /// Chunk-parallel output pass (gdn and kda).
+    PrefillOutput,
+    /// Token recurrence for decode (gdn and kda by the `IS_KDA` override).
+    Decode,
+    /// f32 to bf16/f16 packing of outputs and pool rows.
+    Pack16,
+}
+
+impl Shader {
+    pub const ALL: [Shader; 6] = [
+        Shader::GdnPrefillIntra,
+        Shader::KdaPrefillIntra,
+        Shader::PrefillState,
+        Shader::PrefillOutput,
+        Shader::Decode,
+        Shader::Pack16,
+    ];
+
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Shader::GdnPrefillIntra => "gdn_prefill_intra.wgsl",
+            Shader::KdaPrefillIntra => "kda_prefill_intra.wgsl",
+            Shader::PrefillState => "prefill_state.wgsl",
+            Shader::PrefillOutput => "prefill_output.wgsl",
+            Shader::Decode => "decode.wgsl",
+            Shader::Pack16 => "pack16.wgsl",
+        }
+    }
+
+    fn stage_source(self) -> &'static str {
+        match self {
+            Shader::GdnPrefillIntra => include_str!("../../../shaders/gdn_prefill_intra.wgsl"),
+            Shader::KdaPrefillIntra => include_str!("../../../shaders/kda_prefill_intra.wgsl"),
+            Shader::PrefillState => include_str!("../../../shaders/prefill_state.wgsl"),
+            Shader::PrefillOutput => include_str!("../../../shaders/prefill_output.wgsl"),
+            Shader::Decode => include_str!("../../../shaders/decode.wgsl"),
+            Shader::Pack16 => include_str!("../../../shaders/pack16.wgsl"),
+        }
+    }
+
+    /// The full module text: the prelude, then the stage file. Line numbers in naga's messages
+    /// are offset by [`Shader::prelude_lines`].
+    pub fn source(self) -> String {
+        let mut s = String::with_capacity(PRELUDE.len() + self.stage_source().len() + 1);
+        s.push_str(PRELUDE);
+        s.push('\n');
+        s.push_str(self.stage_source());
+        s
+    }
+
+    /// Lines the prelude adds in front of the stage file.
+    pub fn prelude_lines() -> usize {
+        PRELUDE.lines().count() + 1
+    }
+
+    /// The override constants this stage declares (every key the host passes must be here).
+    pub fn overrides(self) -> &'static [&'static str] {
+        match self {
+            Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => {
+                &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT"]
+            }
+            Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV"],
+            Shader::PrefillOutput => &["HEAD_K", "HEAD_V"],
+            Shader::Decode => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "IS_KDA"],
+            Shader::Pack16 => &[],
+        }
+    }
+}
