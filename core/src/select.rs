@@ -130,6 +130,9 @@ impl fmt::Display for Need {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AutoWhen {
     Always,
+    /// Never chosen by `auto` or a bare backend name: explicit `backend:kernel` only (cross-check
+    /// paths such as the CPU chunked kernels).
+    Never,
     /// (sequences x value heads) at most the device's multiprocessors times `num / den`.
     FewPairs {
         num: u32,
@@ -300,6 +303,7 @@ const fn cpu_rule(
     kernel: Kernel,
     priority: u8,
     precision: Precision,
+    auto_when: AutoWhen,
     note: &'static str,
 ) -> Rule {
     Rule {
@@ -327,7 +331,7 @@ const fn cpu_rule(
         max_seq_len: None,
         needs: &[],
         graph_safe: false,
-        auto_when: AutoWhen::Always,
+        auto_when,
         note,
     }
 }
@@ -387,7 +391,8 @@ pub static RULES: &[Rule] = &[
         Kernel::Chunked,
         80,
         Precision::F32,
-        "f32 chunked algorithm of SPEC.md section 5, rayon over (sequence, value head)",
+        AutoWhen::Never,
+        "f32 chunked algorithm of SPEC.md section 5 with the GPU stage split; a cross-check, chosen only by name",
     ),
     cpu_rule(
         "cpu.gdn.prefill.chunked-f64",
@@ -396,7 +401,8 @@ pub static RULES: &[Rule] = &[
         Kernel::ChunkedF64,
         85,
         Precision::Reference,
-        "f64 chunked algorithm: cross-checks the stage split against the recurrence",
+        AutoWhen::Never,
+        "f64 chunked algorithm: cross-checks the stage split against the recurrence, chosen only by name",
     ),
     cpu_rule(
         "cpu.gdn.prefill.reference",
@@ -405,6 +411,7 @@ pub static RULES: &[Rule] = &[
         Kernel::Reference,
         90,
         Precision::Reference,
+        AutoWhen::Always,
         "float64 token recurrence: the executable spec, accepts every valid problem",
     ),
     cpu_rule(
@@ -414,6 +421,7 @@ pub static RULES: &[Rule] = &[
         Kernel::Reference,
         90,
         Precision::Reference,
+        AutoWhen::Always,
         "float64 token recurrence, pool updated in place: accepts every valid problem",
     ),
     cpu_rule(
@@ -423,7 +431,8 @@ pub static RULES: &[Rule] = &[
         Kernel::Chunked,
         80,
         Precision::F32,
-        "f32 chunked algorithm of SPEC.md section 5, rayon over (sequence, value head)",
+        AutoWhen::Never,
+        "f32 chunked algorithm of SPEC.md section 5 with the GPU stage split; a cross-check, chosen only by name",
     ),
     cpu_rule(
         "cpu.kda.prefill.chunked-f64",
@@ -432,7 +441,8 @@ pub static RULES: &[Rule] = &[
         Kernel::ChunkedF64,
         85,
         Precision::Reference,
-        "f64 chunked algorithm: cross-checks the stage split against the recurrence",
+        AutoWhen::Never,
+        "f64 chunked algorithm: cross-checks the stage split against the recurrence, chosen only by name",
     ),
     cpu_rule(
         "cpu.kda.prefill.reference",
@@ -441,6 +451,7 @@ pub static RULES: &[Rule] = &[
         Kernel::Reference,
         90,
         Precision::Reference,
+        AutoWhen::Always,
         "float64 token recurrence: the executable spec, accepts every valid problem",
     ),
     cpu_rule(
@@ -450,6 +461,7 @@ pub static RULES: &[Rule] = &[
         Kernel::Reference,
         90,
         Precision::Reference,
+        AutoWhen::Always,
         "float64 token recurrence, pool updated in place: accepts every valid problem",
     ),
     // ---------------------------------------------------------------- wgpu rows (issue 3)
@@ -744,6 +756,9 @@ fn auto_rejection(rule: &Rule, p: &Problem, caps: &Capabilities) -> Option<Rejec
     let sms = caps.multiprocessors.unwrap_or(1) as u64;
     match rule.auto_when {
         AutoWhen::Always => None,
+        AutoWhen::Never => Some(Reject::Heuristic(
+            "explicit choice only (a cross-check path, never picked by auto)".into(),
+        )),
         AutoWhen::FewPairs { num, den } => {
             let limit = sms * num as u64 / den as u64;
             (pairs > limit).then(|| {
@@ -856,6 +871,7 @@ pub fn render_rules() -> String {
         let needs: Vec<String> = r.needs.iter().map(|n| n.to_string()).collect();
         let auto = match r.auto_when {
             AutoWhen::Always => "always".to_string(),
+            AutoWhen::Never => "explicit only".to_string(),
             AutoWhen::FewPairs { num, den } => format!("pairs <= {num}/{den} SMs"),
             AutoWhen::ManyPairs { num, den } => format!("pairs > {num}/{den} SMs"),
         };

@@ -1,0 +1,309 @@
+//! The selection table: invariants, a committed snapshot (`tests/golden/rules.txt`) so any change
+//! to the rules shows in review, and the README table kept in sync. Regenerate both with
+//! `DELTARULE_BLESS=1 cargo test -p deltarule-tests --test rules`.
+
+use deltarule_core::caps::{BackendKind, Capabilities};
+use deltarule_core::problem::{FinalState, InitialState, Mode, Op, StateLayout};
+use deltarule_core::select::{
+    contract_rejections, render_markdown, render_rules, select, AutoWhen, DeviceState, Preference,
+    Reject, RULES,
+};
+use deltarule_core::{DType, Error, Gate, Kernel, Problem};
+use proptest::prelude::*;
+use std::path::PathBuf;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn bless() -> bool {
+    std::env::var("DELTARULE_BLESS").ok().as_deref() == Some("1")
+}
+
+fn wgpu_caps(workgroup_kib: u32, subgroup: u32) -> Capabilities {
+    let mut c = Capabilities::cpu(1);
+    c.backend = BackendKind::Wgpu;
+    c.device = "synthetic wgpu adapter".into();
+    c.multiprocessors = None;
+    c.max_workgroup_storage = workgroup_kib << 10;
+    c.max_storage_buffers_per_stage = 8;
+    c.max_invocations_per_workgroup = 256;
+    c.subgroups = true;
+    c.subgroup_size = (subgroup, subgroup);
+    c.shader_f16 = true;
+    c.timestamps = true;
+    c
+}
+
+fn cuda_caps(major: u32, minor: u32, sms: u32) -> Capabilities {
+    let mut c = Capabilities::cpu(1);
+    c.backend = BackendKind::Cuda;
+    c.device = format!("synthetic sm_{major}{minor}");
+    c.compute_capability = Some((major, minor));
+    c.multiprocessors = Some(sms);
+    c.max_workgroup_storage = 227 << 10;
+    c.max_storage_buffers_per_stage = u32::MAX;
+    c.max_invocations_per_workgroup = 1024;
+    c.subgroups = true;
+    c.subgroup_size = (32, 32);
+    c
+}
+
+fn cpu() -> DeviceState {
+    DeviceState::Available(Capabilities::cpu(2))
+}
+
+fn no(kind: BackendKind, why: &str) -> DeviceState {
+    DeviceState::Unavailable {
+        backend: kind,
+        reason: why.into(),
+    }
+}
+
+fn device_sets() -> Vec<Vec<DeviceState>> {
+    vec![
+        vec![cpu(), no(BackendKind::Wgpu, "no adapter"), no(BackendKind::Cuda, "libcuda not found")],
+        vec![cpu(), DeviceState::Available(wgpu_caps(32, 8)), no(BackendKind::Cuda, "none")],
+        vec![cpu(), DeviceState::Available(wgpu_caps(48, 32)), no(BackendKind::Cuda, "none")],
+        vec![cpu(), no(BackendKind::Wgpu, "none"), DeviceState::Available(cuda_caps(9, 0, 132))],
+        vec![cpu(), no(BackendKind::Wgpu, "none"), DeviceState::Available(cuda_caps(8, 6, 84))],
+        vec![
+            cpu(),
+            DeviceState::Available(wgpu_caps(48, 32)),
+            DeviceState::Available(cuda_caps(9, 0, 132)),
+        ],
+        vec![
+            cpu(),
+            DeviceState::Available(wgpu_caps(48, 32)),
+            DeviceState::Available(cuda_caps(10, 0, 148)),
+        ],
+    ]
+}
+
+/// A spread of problems covering the dimensions the rows constrain.
+fn sample_problems() -> Vec<(Problem, usize)> {
+    let mut out = Vec::new();
+    for op in Op::ALL {
+        for mode in Mode::ALL {
+            for (seqs, len) in [(1usize, 8192usize), (64, 256), (256, 1), (8, 3)] {
+                for hv in [4usize, 32] {
+                    for k in [64usize, 128, 96] {
+                        for sdt in [DType::F32, DType::BF16] {
+                            for layout in StateLayout::ALL {
+                                for pool in [false, true] {
+                                    let mut p =
+                                        Problem::new(op, mode, seqs, seqs * len, hv / 2, hv, k, k);
+                                    p.layout = layout;
+                                    p.state_in_dtype = sdt;
+                                    p.state_out_dtype = sdt;
+                                    p.out_dtype = DType::BF16;
+                                    if pool {
+                                        p.initial = InitialState::Pool { rows: seqs + 1 };
+                                        p.final_state = FinalState::InPlace;
+                                    } else {
+                                        p.initial = InitialState::Dense;
+                                    }
+                                    out.push((p, len));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn rule_ids_are_unique_and_name_their_row() {
+    let mut ids: Vec<&str> = RULES.iter().map(|r| r.id).collect();
+    ids.sort();
+    let n = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "duplicate rule ids");
+    for r in RULES {
+        let want = format!("{}.{}.{}.{}", r.backend, r.op.name(), r.mode.name(), r.kernel);
+        assert!(r.id.starts_with(&want), "{} should start with {want}", r.id);
+        assert!(!r.note.is_empty(), "{} has no note", r.id);
+    }
+}
+
+#[test]
+fn every_op_and_mode_has_a_cpu_reference_row() {
+    for op in Op::ALL {
+        for mode in Mode::ALL {
+            let r = RULES.iter().find(|r| {
+                r.op == op
+                    && r.mode == mode
+                    && r.backend == BackendKind::Cpu
+                    && r.kernel == Kernel::Reference
+            });
+            let r = r.unwrap_or_else(|| panic!("no CPU reference row for {op:?} {mode:?}"));
+            assert_eq!(r.auto_when, AutoWhen::Always);
+            // the universal last resort: no other auto row has a larger priority number
+            for other in RULES.iter().filter(|o| o.op == op && o.mode == mode) {
+                if other.auto_when != AutoWhen::Never {
+                    assert!(other.priority <= r.priority, "{} ranks after the reference", other.id);
+                }
+            }
+        }
+    }
+}
+
+fn arb_problem() -> impl Strategy<Value = Problem> {
+    (
+        (0usize..2, 0usize..2, 1usize..4, 1usize..5, 16usize..=256, 16usize..=256),
+        (0usize..3, 0usize..3, any::<bool>(), 0usize..3, 0usize..3, 0usize..2),
+        (0usize..3, 0usize..3, 0usize..3, any::<bool>(), 0usize..4),
+    )
+        .prop_map(|((op, mode, h, g, k, v), (gate, beta, l2, init, fin, layout), (qkv, sd, out, ck, lb))| {
+            let op = Op::ALL[op];
+            let mut p = Problem::new(op, Mode::ALL[mode], 3, 100, h, h * g, k, v);
+            p.gate = match (gate, op) {
+                (1, _) => Gate::Softplus,
+                (2, Op::Kda) => Gate::LowerBound([-5.0, -0.5, -20.0, -1e-3][lb]),
+                _ => Gate::Log,
+            };
+            p.a_log = matches!(p.gate, Gate::Softplus | Gate::LowerBound(_));
+            p.beta = deltarule_core::BetaMode::ALL[beta];
+            p.l2norm = l2;
+            p.layout = StateLayout::ALL[layout];
+            p.qkv_dtype = [DType::BF16, DType::F16, DType::F32][qkv];
+            p.out_dtype = [DType::BF16, DType::F16, DType::F32][out];
+            let sdt = [DType::F32, DType::BF16, DType::F16][sd];
+            p.state_in_dtype = sdt;
+            p.state_out_dtype = sdt;
+            p.initial = [InitialState::None, InitialState::Dense, InitialState::Pool { rows: 5 }][init];
+            p.final_state = match (fin, init) {
+                (_, 2) => FinalState::InPlace,
+                (0, _) => FinalState::None,
+                _ => FinalState::Dense,
+            };
+            if ck {
+                p.checkpoint_every = Some(1 + lb * 17);
+            }
+            p
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn the_cpu_reference_accepts_every_valid_problem(p in arb_problem()) {
+        prop_assume!(p.validate().is_ok());
+        let devices = vec![cpu(), no(BackendKind::Wgpu, "none"), no(BackendKind::Cuda, "none")];
+        let sel = select(&p, &devices, Preference::Auto, Some(100));
+        let chosen = sel.chosen.expect("auto must always find a row");
+        prop_assert_eq!(chosen.backend, BackendKind::Cpu);
+        let r = RULES.iter().find(|r| r.op == p.op && r.mode == p.mode && r.backend == BackendKind::Cpu && r.kernel == Kernel::Reference).expect("row");
+        prop_assert!(contract_rejections(r, &p).is_empty());
+        // and auto is deterministic
+        let again = select(&p, &devices, Preference::Auto, Some(100));
+        prop_assert_eq!(again.chosen.map(|r| r.id), Some(chosen.id));
+    }
+}
+
+#[test]
+fn no_row_is_unreachable() {
+    let problems = sample_problems();
+    let sets = device_sets();
+    for r in RULES {
+        let pref = if r.auto_when == AutoWhen::Never {
+            Preference::Kernel(r.backend, r.kernel)
+        } else {
+            Preference::Auto
+        };
+        let witness = problems.iter().find_map(|(p, len)| {
+            if p.op != r.op || p.mode != r.mode {
+                return None;
+            }
+            sets.iter().find(|ds| {
+                select(p, ds, pref, Some(*len)).chosen.map(|c| c.id) == Some(r.id)
+            })
+        });
+        assert!(
+            witness.is_some(),
+            "{} is never chosen ({pref}) for any sample problem and device set: a \
+             higher-priority row accepts a superset of its problems, or its contract is empty",
+            r.id
+        );
+    }
+}
+
+#[test]
+fn explicit_choices_that_do_not_fit_are_errors_with_reasons() {
+    let mut p = Problem::new(Op::Kda, Mode::Prefill, 1, 8192, 32, 32, 128, 128);
+    p.state_in_dtype = DType::BF16;
+    p.state_out_dtype = DType::BF16;
+    let devices = vec![cpu(), no(BackendKind::Wgpu, "no adapter"), no(BackendKind::Cuda, "libcuda not found (searched libcuda.so.1)")];
+    for choice in ["cuda:small-bh", "cuda", "wgpu:chunked"] {
+        let sel = select(&p, &devices, Preference::parse(choice).expect("parse"), Some(8192));
+        assert!(sel.chosen.is_none(), "{choice} must not be chosen without its device");
+        match sel.rule() {
+            Err(Error::NoEligibleRule { choice: c, reasons }) => {
+                assert_eq!(c, choice);
+                assert!(!reasons.is_empty());
+                let all = reasons.join("\n");
+                assert!(all.contains("no ") && all.contains("device"), "{all}");
+            }
+            other => panic!("{choice}: expected NoEligibleRule, got {other:?}"),
+        }
+    }
+    // auto on this machine picks a CPU row and says so
+    let sel = select(&p, &devices, Preference::Auto, Some(8192));
+    assert_eq!(sel.chosen.map(|r| r.backend), Some(BackendKind::Cpu));
+    // a contract reason is typed and printable
+    let mut q = p.clone();
+    q.k = 96;
+    q.v = 96;
+    let sel = select(&q, &device_sets()[3], Preference::Backend(BackendKind::Cuda), Some(8192));
+    for (r, v) in &sel.trace {
+        if r.backend == BackendKind::Cuda {
+            let rejects = v.as_ref().expect_err("96 is not a fast head dim");
+            assert!(rejects.iter().any(|x| matches!(x, Reject::HeadDim { .. })), "{:?}", rejects);
+        }
+    }
+}
+
+#[test]
+fn unknown_backend_names_are_invalid_arguments() {
+    for bad in ["gpu", "cuda:fast", "cpu:", ""] {
+        assert!(matches!(Preference::parse(bad), Err(Error::InvalidArgument { .. })), "{bad}");
+    }
+    assert_eq!(Preference::parse("cuda:small-bh").expect("ok"), Preference::Kernel(BackendKind::Cuda, Kernel::SmallBh));
+}
+
+#[test]
+fn the_rendered_table_matches_the_snapshot() {
+    let path = root().join("tests/golden/rules.txt");
+    let now = render_rules();
+    if bless() {
+        std::fs::write(&path, &now).expect("write snapshot");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        committed, now,
+        "the rule table changed: review the diff and regenerate with DELTARULE_BLESS=1 cargo test -p deltarule-tests --test rules"
+    );
+}
+
+const BEGIN: &str = "<!-- rules:begin (generated by `deltarule rules --markdown`; a test keeps it in sync) -->\n";
+const END: &str = "<!-- rules:end -->";
+
+#[test]
+fn the_readme_table_matches_the_rules() {
+    let path = root().join("README.md");
+    let readme = std::fs::read_to_string(&path).expect("README.md");
+    let (Some(a), Some(b)) = (readme.find(BEGIN), readme.find(END)) else {
+        panic!("README.md lacks the rules markers");
+    };
+    let table = render_markdown();
+    let current = &readme[a + BEGIN.len()..b];
+    if bless() && current != table {
+        let new = format!("{}{}{}{}", &readme[..a + BEGIN.len()], table, "", &readme[b..]);
+        std::fs::write(&path, new).expect("write README");
+        return;
+    }
+    assert_eq!(current, table, "README rules table is stale: DELTARULE_BLESS=1 cargo test -p deltarule-tests --test rules");
+}
