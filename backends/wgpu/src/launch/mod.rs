@@ -445,7 +445,7 @@ impl Shared {
                 format!(
                     "the f32 results ({} MiB) exceed the device's largest storage binding \
                      ({} MiB)",
-                    out.total * 4 >> 20,
+                    (out.total * 4) >> 20,
                     max >> 20
                 ),
             ));
@@ -484,23 +484,12 @@ impl Shared {
     ) -> Vec<Dispatch<'a>> {
         let mut v = Vec::new();
         let mut u = uniforms.iter();
-        for (buf, off, total, dt) in [
-            (self.o16.as_ref(), 0, self.out.o, p.out_dtype),
-            (
-                self.ckpt16.as_ref(),
-                self.out.off_ckpt,
-                self.out.ckpt,
-                p.state_out_dtype,
-            ),
-            (
-                self.final16.as_ref(),
-                self.out.off_final,
-                self.out.fin,
-                p.state_out_dtype,
-            ),
+        for (buf, total) in [
+            (self.o16.as_ref(), self.out.o),
+            (self.ckpt16.as_ref(), self.out.ckpt),
+            (self.final16.as_ref(), self.out.fin),
         ] {
             if let Some(b) = buf {
-                let _ = (off, dt);
                 let words = total.div_ceil(2) as u32;
                 let (gx, gy, _) = grid(words.div_ceil(256));
                 if let Some(ub) = u.next() {

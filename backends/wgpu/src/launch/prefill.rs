@@ -83,11 +83,7 @@ impl Prefill {
             .unwrap_or(0)
             * 4;
         let limit = gpu.max_binding() as usize;
-        let hvb = if per_head == 0 {
-            p.hv
-        } else {
-            (limit / per_head).min(p.hv)
-        };
+        let hvb = limit.checked_div(per_head).unwrap_or(p.hv).min(p.hv);
         if hvb == 0 {
             return Err(error::device(format!(
                 "one value head of this problem needs a {} MiB workspace, more than the \
