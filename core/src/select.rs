@@ -382,6 +382,51 @@ const WGPU_NEEDS: &[Need] = &[
     Need::Invocations(256),
 ];
 
+/// Head dims of the CUDA kernels (compile-time specialisations).
+const DIM_CUDA: DimRule = DimRule::OneOf(&[32, 64, 128]);
+
+/// A CUDA row: every option the kernels implement, bf16 tolerance, Hopper.
+const fn cuda_rule(
+    id: &'static str,
+    op: Op,
+    mode: Mode,
+    kernel: Kernel,
+    auto_when: AutoWhen,
+    note: &'static str,
+) -> Rule {
+    Rule {
+        id,
+        op,
+        mode,
+        backend: BackendKind::Cuda,
+        kernel,
+        priority: 10,
+        precision: Precision::Bf16,
+        qkv_dtypes: QKV_ALL,
+        g_dtypes: G_ALL,
+        beta_dtypes: G_ALL,
+        out_dtypes: OUT_ALL,
+        state_dtypes: STATE_ALL,
+        layouts: LAYOUT_ALL,
+        head_k: DIM_CUDA,
+        head_v: DIM_CUDA,
+        gva: true,
+        gates: GateRule::FAST,
+        betas: BETA_ALL,
+        l2norm: true,
+        pools: true,
+        checkpoints: match mode {
+            Mode::Prefill => CheckpointRule::MultipleOf(64),
+            Mode::Decode => CheckpointRule::Any,
+        },
+        max_seq_len: None,
+        needs: &[Need::ComputeCapability(9, 0)],
+        graph_safe: true,
+        auto_when,
+        note,
+    }
+}
+
 /// The table. Order is presentation only; `priority` decides `auto`.
 pub static RULES: &[Rule] = &[
     cpu_rule(
@@ -497,6 +542,60 @@ pub static RULES: &[Rule] = &[
         "WGSL token recurrence in f32, per-channel decay, pool updated in place",
     ),
     // ---------------------------------------------------------------- cuda rows (issue 4)
+    cuda_rule(
+        "cuda.gdn.prefill.chunked",
+        Op::Gdn,
+        Mode::Prefill,
+        Kernel::Chunked,
+        AutoWhen::ManyPairs { num: 1, den: 1 },
+        "fused chunked prefill: one CTA per (sequence, value head), mma.sync bf16/f16 with f32 \
+         accumulation, inverse and state in f32; bf16 operands of the state products",
+    ),
+    cuda_rule(
+        "cuda.gdn.prefill.small-bh",
+        Op::Gdn,
+        Mode::Prefill,
+        Kernel::SmallBh,
+        AutoWhen::FewPairs { num: 1, den: 1 },
+        "chunk-parallel intra kernel into a workspace, then a state pass over 32-column V tiles \
+         (cp.async double buffer): for fewer (sequence x value head) pairs than SMs",
+    ),
+    cuda_rule(
+        "cuda.gdn.decode.recurrent",
+        Op::Gdn,
+        Mode::Decode,
+        Kernel::Recurrent,
+        AutoWhen::Always,
+        "token recurrence in f32, V-split over (sequence, value head, 32 columns), in place on a \
+         pool (index -1: zero state, nothing written)",
+    ),
+    cuda_rule(
+        "cuda.kda.prefill.chunked",
+        Op::Kda,
+        Mode::Prefill,
+        Kernel::Chunked,
+        AutoWhen::ManyPairs { num: 1, den: 1 },
+        "fused chunked prefill; A and P in f32 on CUDA cores with 16-token reference points \
+         (exact for unbounded softplus gates), the rest on mma.sync as gdn",
+    ),
+    cuda_rule(
+        "cuda.kda.prefill.small-bh",
+        Op::Kda,
+        Mode::Prefill,
+        Kernel::SmallBh,
+        AutoWhen::FewPairs { num: 1, den: 1 },
+        "chunk-parallel intra kernel into a workspace, then a state pass over 32-column V tiles: \
+         for fewer (sequence x value head) pairs than SMs",
+    ),
+    cuda_rule(
+        "cuda.kda.decode.recurrent",
+        Op::Kda,
+        Mode::Decode,
+        Kernel::Recurrent,
+        AutoWhen::Always,
+        "token recurrence in f32, V-split over (sequence, value head, 32 columns), in place on a \
+         pool (index -1: zero state, nothing written)",
+    ),
 ];
 
 /// What the caller asks for.

@@ -1,19 +1,478 @@
-//! # deltarule-cuda (placeholder until issue 4 lands)
+//! # deltarule-cuda
+//!
+//! The CUDA backend: cudarc (driver + NVRTC, loaded dynamically) and the CUDA C++ kernels of
+//! `kernels/`, compiled at run time for the device's architecture.
+//!
+//! Kernel families (selection rows in `deltarule_core::select`, `cuda.*`):
+//! * `chunked` (`{op}_prefill_fused`): one CTA per (sequence, value head) walks its 64-token
+//!   chunks; intra-chunk products on tensor cores (`mma.sync.m16n8k16`, bf16/f16 operands, f32
+//!   accumulation), the inverse in f32, the running state in f32 registers;
+//! * `small-bh` (`{op}_prefill_intra` + `{op}_prefill_state`): for few (sequence x value head)
+//!   pairs, a chunk-parallel intra kernel writes W, U, P, q̃, k̃ per chunk into a workspace, then a
+//!   state pass split over 32-column V tiles walks the chunks with cp.async double buffering;
+//! * `recurrent` (`{op}_decode_recurrent`): the token recurrence for decode (T >= 1 tokens per
+//!   sequence), V-split, in place on a state pool.
+//!
+//! Entry points: the host-in/host-out [`Backend`] implementation (validates, uploads, poisons the
+//! outputs with NaN, launches, downloads), [`CudaBackend::bench`] (CUDA events), and the raw
+//! device-pointer API [`CudaBackend::launch`] (see [`launch`] for its contract).
+//!
+//! Construction never panics: it checks that libcuda and libnvrtc can be loaded before any other
+//! cudarc call and returns `Error::Unavailable` with what was searched otherwise. Compiled CUBINs
+//! are cached in memory and, when `DELTARULE_CUDA_CACHE` names a folder (or
+//! [`CudaBackend::with_cache_dir`] is used), on disk across processes.
 
+pub mod device;
+pub mod kernels;
+pub mod launch;
+
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use deltarule_core::{
-    Backend, BackendKind, Capabilities, Error, Inputs, Kernel, Outputs, Problem, Result,
+    validate_inputs, Backend, BackendKind, BenchOptions, BenchReport, Capabilities, DType, Error,
+    FinalState, HostTensor, InitialState, Inputs, Kernel, Mode, Op, Outputs, Problem, Result,
 };
+use device::{drv, DeviceBuffer, Loaded, ModuleCache};
+use kernels::{Defines, Module, HEAD_DIMS};
+pub use launch::{DevicePtrs, Params, Workspace, WorkspaceLayout};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-/// The CUDA backend (not implemented yet).
+/// The CUDA backend on one device.
 pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
     caps: Capabilities,
+    arch: String,
+    max_smem: i32,
+    cache_dir: Option<PathBuf>,
+    modules: ModuleCache,
+    workspace: Mutex<Workspace>,
+}
+
+fn unavailable(reason: impl Into<String>) -> Error {
+    Error::Unavailable {
+        backend: BackendKind::Cuda,
+        reason: reason.into(),
+    }
 }
 
 impl CudaBackend {
-    pub fn new(_ordinal: usize) -> Result<Self> {
-        Err(Error::Unavailable {
+    /// Opens device `ordinal` (its primary context, shared with PyTorch), or says why not.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let cache = std::env::var_os("DELTARULE_CUDA_CACHE").map(PathBuf::from);
+        Self::with_cache_dir(ordinal, cache)
+    }
+
+    /// As [`CudaBackend::new`], with an explicit on-disk CUBIN cache folder.
+    pub fn with_cache_dir(ordinal: usize, cache_dir: Option<PathBuf>) -> Result<Self> {
+        if !device::driver_present() {
+            return Err(unavailable(
+                "libcuda not found (searched libcuda.so, libcuda.so.1 and the other cudarc \
+                 candidates on the loader path): no NVIDIA driver on this machine",
+            ));
+        }
+        if !kernels::nvrtc_present() {
+            return Err(unavailable(
+                "libnvrtc not found (searched libnvrtc.so, libnvrtc.so.13 and the other cudarc \
+                 candidates on the loader path): install the CUDA toolkit or the \
+                 nvidia-cuda-nvrtc wheel and put its lib folder on LD_LIBRARY_PATH",
+            ));
+        }
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| unavailable(format!("no CUDA device {ordinal}: {e:?}")))?;
+        let (ma, mi) = ctx
+            .compute_capability()
+            .map_err(|e| drv("compute capability", e))?;
+        let attr = |a| ctx.attribute(a).map_err(|e| drv("device attribute", e));
+        let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let smem =
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
+        let stream = ctx.new_stream().map_err(|e| drv("create stream", e))?;
+        let arch = kernels::arch_for((ma as u32, mi as u32));
+        let caps = Capabilities {
             backend: BackendKind::Cuda,
-            reason: "the CUDA backend is not implemented in this build".into(),
+            device: name,
+            compute_capability: Some((ma as u32, mi as u32)),
+            multiprocessors: Some(sms as u32),
+            max_workgroup_storage: smem as u32,
+            max_storage_buffers_per_stage: u32::MAX,
+            max_invocations_per_workgroup: 1024,
+            subgroups: true,
+            subgroup_size: (32, 32),
+            shader_f16: true,
+            timestamps: true,
+            cooperative_matrix: true,
+            notes: vec![format!("NVRTC target {arch}")],
+        };
+        Ok(CudaBackend {
+            ctx,
+            stream,
+            caps,
+            arch,
+            max_smem: smem,
+            cache_dir,
+            modules: ModuleCache::default(),
+            workspace: Mutex::new(Workspace::new()),
+        })
+    }
+
+    /// The NVRTC architecture of this device (`sm_90a` on the H200).
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    /// The backend's own stream (`CUstream`), used by [`Backend::run`] and [`CudaBackend::bench`].
+    pub fn stream_handle(&self) -> u64 {
+        self.stream.cu_stream() as u64
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(|e| drv("bind context", e))
+    }
+
+    /// Whether `kernel` implements `p` (what the selection rows promise), with the reason if not.
+    pub fn supports(&self, kernel: Kernel, p: &Problem) -> Result<()> {
+        let no = |why: String| Err(Error::unsupported(BackendKind::Cuda, kernel.name(), why));
+        match (kernel, p.mode) {
+            (Kernel::Chunked | Kernel::SmallBh, Mode::Prefill) | (Kernel::Recurrent, Mode::Decode) => {}
+            (Kernel::Chunked | Kernel::SmallBh | Kernel::Recurrent, m) => {
+                return no(format!("{} does not run {} problems", kernel.name(), m.name()))
+            }
+            _ => return no("the CUDA backend has chunked, small-bh and recurrent".into()),
+        }
+        if !HEAD_DIMS.contains(&p.k) || !HEAD_DIMS.contains(&p.v) {
+            return no(format!("head dims K = {}, V = {} (kernels: {HEAD_DIMS:?})", p.k, p.v));
+        }
+        if p.seqs > 65535 || p.hv > 65535 {
+            return no(format!("N = {}, HV = {} above the grid limit 65535", p.seqs, p.hv));
+        }
+        if let (Some(e), Mode::Prefill) = (p.checkpoint_every, p.mode) {
+            if e % 64 != 0 {
+                return no(format!("checkpoints every {e} tokens: prefill writes multiples of 64"));
+            }
+        }
+        if matches!(p.gate, deltarule_core::Gate::LowerBound(lb) if !(-5.0..0.0).contains(&lb)) {
+            return no("lower_bound outside [-5, 0)".into());
+        }
+        Ok(())
+    }
+
+    fn defines(p: &Problem) -> Defines {
+        Defines {
+            head_k: p.k,
+            head_v: p.v,
+            mma_f16: p.qkv_dtype == DType::F16,
+        }
+    }
+
+    /// The loaded module build (compiled on first use: the warm-up).
+    fn module(&self, module: Module, defines: &Defines) -> Result<Arc<Loaded>> {
+        let key = (module, defines.for_module(module));
+        if let Some(m) = self
+            .modules
+            .read()
+            .map_err(|_| drv("module cache", "poisoned lock"))?
+            .get(&key)
+        {
+            return Ok(m.clone());
+        }
+        let mut w = self
+            .modules
+            .write()
+            .map_err(|_| drv("module cache", "poisoned lock"))?;
+        if let Some(m) = w.get(&key) {
+            return Ok(m.clone());
+        }
+        let loaded = Arc::new(device::load(
+            &self.ctx,
+            module,
+            &self.arch,
+            &key.1,
+            self.cache_dir.as_deref(),
+            self.max_smem,
+        )?);
+        w.insert(key, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Warm-up for (kernel, problem): compiles and loads the kernels and grows `ws` to the size
+    /// the launches need. Call before [`CudaBackend::launch`] (and before graph capture).
+    pub fn reserve(&self, ws: &mut Workspace, kernel: Kernel, p: &Problem) -> Result<()> {
+        self.supports(kernel, p)?;
+        let layout = self.workspace_layout(kernel, p)?;
+        self.module(Module::Varlen, &Self::defines(p))?;
+        if ws.bytes() < layout.total {
+            ws.buf = None;
+            ws.buf = Some(DeviceBuffer::alloc(&self.ctx, layout.total)?);
+        }
+        Ok(())
+    }
+
+    /// The workspace layout of (kernel, problem) (loads the kernel's module).
+    pub fn workspace_layout(&self, kernel: Kernel, p: &Problem) -> Result<WorkspaceLayout> {
+        let m = self.module(launch::module_for(p.op, kernel), &Self::defines(p))?;
+        Ok(WorkspaceLayout::new(kernel, p, m.sizes[2].max(0) as usize))
+    }
+
+    /// Enqueues `kernel` on `stream` for problem `p` with the tensors at `t` (see [`launch`] for
+    /// the contract). No allocation, no compilation, no host synchronisation, no device reads.
+    pub fn launch(
+        &self,
+        kernel: Kernel,
+        p: &Problem,
+        t: &DevicePtrs,
+        stream: u64,
+        ws: &mut Workspace,
+    ) -> Result<()> {
+        p.validate()?;
+        self.supports(kernel, p)?;
+        check_ptrs(p, t)?;
+        let defs = Self::defines(p);
+        let key = |m: Module| (m, defs.for_module(m));
+        let cache = self
+            .modules
+            .read()
+            .map_err(|_| drv("module cache", "poisoned lock"))?;
+        let not_warm = || {
+            Error::invalid(
+                "workspace",
+                "a workspace reserved with CudaBackend::reserve for this kernel and problem",
+                "kernels not loaded yet",
+            )
+        };
+        let main = cache
+            .get(&key(launch::module_for(p.op, kernel)))
+            .cloned()
+            .ok_or_else(not_warm)?;
+        let varlen = cache.get(&key(Module::Varlen)).cloned().ok_or_else(not_warm)?;
+        drop(cache);
+        let layout = WorkspaceLayout::new(kernel, p, main.sizes[2].max(0) as usize);
+        if ws.bytes() < layout.total {
+            return Err(Error::invalid(
+                "workspace",
+                format!("at least {} bytes (CudaBackend::reserve)", layout.total),
+                format!("{} bytes", ws.bytes()),
+            ));
+        }
+        self.bind()?;
+        let base = ws.base();
+        let mut prm = launch::params(p, t);
+        prm.chunk_table = base + layout.chunk_table as u64;
+        prm.chunk_offsets = base + layout.chunk_offsets as u64;
+        prm.ck_offsets = base + layout.ck_offsets as u64;
+        prm.work = base + layout.work as u64;
+        let stream = stream as sys::CUstream;
+        let (n, hv) = (p.seqs as u32, p.hv as u32);
+        let prefix = match p.op {
+            Op::Gdn => "gdn",
+            Op::Kda => "kda",
+        };
+        let needs_tables = kernel != Kernel::Recurrent || p.checkpoint_every.is_some();
+        if needs_tables {
+            launch_one(&varlen, "varlen_build_tables", (1, 1, 1), 1024, 0, stream, &prm)?;
+        }
+        match kernel {
+            Kernel::Chunked => {
+                let name = format!("{prefix}_prefill_fused");
+                let smem = main.sizes[0] as u32;
+                launch_one(&main, &name, (hv, n, 1), 256, smem, stream, &prm)?;
+            }
+            Kernel::SmallBh => {
+                let intra = format!("{prefix}_prefill_intra");
+                let state = format!("{prefix}_prefill_state");
+                let rows = launch::table_rows(p) as u32;
+                launch_one(&main, &intra, (rows, hv, 1), 256, main.sizes[0] as u32, stream, &prm)?;
+                let vt = (p.v / 32) as u32;
+                launch_one(&main, &state, (vt, hv, n), 128, main.sizes[1] as u32, stream, &prm)?;
+            }
+            Kernel::Recurrent => {
+                let name = format!("{prefix}_decode_recurrent");
+                let vt = (p.v / 32) as u32;
+                launch_one(&main, &name, (vt, hv, n), 128, 0, stream, &prm)?;
+            }
+            other => {
+                return Err(Error::unsupported(
+                    BackendKind::Cuda,
+                    other.name(),
+                    "not a CUDA kernel",
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn upload(&self, t: &HostTensor) -> Result<DeviceBuffer> {
+        let bytes = t.to_le_bytes();
+        let buf = DeviceBuffer::alloc(&self.ctx, bytes.len())?;
+        if !bytes.is_empty() {
+            // SAFETY: `buf` holds at least `bytes.len()` bytes; a pageable source is staged
+            // before the call returns, so `bytes` may be dropped afterwards.
+            unsafe { result::memcpy_htod_async(buf.ptr(), &bytes, self.stream.cu_stream()) }
+                .map_err(|e| drv("upload", e))?;
+        }
+        Ok(buf)
+    }
+
+    fn poisoned(&self, bytes: usize) -> Result<DeviceBuffer> {
+        let buf = DeviceBuffer::alloc(&self.ctx, bytes)?;
+        // SAFETY: fills the allocation with 0xFF bytes (NaN in f32, bf16 and f16).
+        unsafe { result::memset_d8_async(buf.ptr(), 0xff, buf.bytes(), self.stream.cu_stream()) }
+            .map_err(|e| drv("poison", e))?;
+        Ok(buf)
+    }
+
+    fn download(&self, buf: &DeviceBuffer, dtype: DType, shape: Vec<usize>) -> Result<HostTensor> {
+        let n: usize = shape.iter().product::<usize>() * dtype.size();
+        let mut bytes = vec![0u8; n];
+        if n > 0 {
+            // SAFETY: `buf` holds at least `n` bytes; a pageable destination returns after the
+            // copy completed.
+            unsafe { result::memcpy_dtoh_async(&mut bytes[..], buf.ptr(), self.stream.cu_stream()) }
+                .map_err(|e| drv("download", e))?;
+            self.stream.synchronize().map_err(|e| drv("synchronize", e))?;
+        }
+        HostTensor::from_le_bytes(dtype, shape, &bytes)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| drv("synchronize", e))
+    }
+}
+
+/// Checks that every pointer the problem needs is non-null.
+fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
+    let need = |name: &str, ptr: u64| {
+        if ptr == 0 {
+            Err(Error::invalid(name, "a device pointer", "0"))
+        } else {
+            Ok(())
+        }
+    };
+    need("q", t.q)?;
+    need("k", t.k)?;
+    need("v", t.v)?;
+    need("g", t.g)?;
+    need("beta", t.beta)?;
+    need("cu_seqlens", t.cu_seqlens)?;
+    need("o", t.o)?;
+    if p.a_log {
+        need("A_log", t.a_log)?;
+    }
+    if p.gate.in_kernel() {
+        need("dt_bias", t.dt_bias)?;
+    }
+    if p.initial != InitialState::None {
+        need("initial_state", t.state_in)?;
+    }
+    if matches!(p.initial, InitialState::Pool { .. }) {
+        need("state_indices", t.state_indices)?;
+    }
+    if p.final_state != FinalState::None {
+        need("final_state", t.state_out)?;
+    }
+    if p.final_state == FinalState::InPlace && t.state_out != t.state_in {
+        return Err(Error::invalid(
+            "final_state",
+            "the pool pointer itself (in-place update)",
+            "another pointer",
+        ));
+    }
+    if p.checkpoint_every.is_some() {
+        need("checkpoints", t.checkpoints)?;
+    }
+    Ok(())
+}
+
+fn launch_one(
+    m: &Loaded,
+    name: &str,
+    grid: (u32, u32, u32),
+    block: u32,
+    smem: u32,
+    stream: sys::CUstream,
+    prm: &Params,
+) -> Result<()> {
+    if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+        return Ok(());
+    }
+    let f = m.func(name)?;
+    let mut local = *prm;
+    let mut args = [&mut local as *mut Params as *mut std::ffi::c_void];
+    // SAFETY: `f` is a kernel of a loaded module whose only parameter is `const Params` (the
+    // #[repr(C)] mirror of `struct Params`); the pointers in it were checked non-null where the
+    // problem needs them and point to buffers of the documented sizes (launch contract); `smem`
+    // is within the limit set on the function at load time; cuLaunchKernel copies the parameter
+    // block before returning, so `local` may go out of scope.
+    unsafe { result::launch_kernel(f, grid, (block, 1, 1), smem, stream, &mut args) }
+        .map_err(|e| drv(&format!("launch {name}"), e))
+}
+
+/// Device buffers of one host-side call.
+struct CallBuffers {
+    _inputs: Vec<DeviceBuffer>,
+    o: DeviceBuffer,
+    final_state: Option<DeviceBuffer>,
+    checkpoints: Option<DeviceBuffer>,
+    ptrs: DevicePtrs,
+}
+
+impl CudaBackend {
+    fn buffers(&self, p: &Problem, inputs: &Inputs, total_ck: usize) -> Result<CallBuffers> {
+        let mut keep = Vec::new();
+        let mut ptrs = DevicePtrs::default();
+        let mut up = |t: &HostTensor| -> Result<u64> {
+            let b = self.upload(t)?;
+            let ptr = b.ptr();
+            keep.push(b);
+            Ok(ptr)
+        };
+        ptrs.q = up(&inputs.q)?;
+        ptrs.k = up(&inputs.k)?;
+        ptrs.v = up(&inputs.v)?;
+        ptrs.g = up(&inputs.g)?;
+        ptrs.beta = up(&inputs.beta)?;
+        ptrs.cu_seqlens = up(&inputs.cu_seqlens)?;
+        if let Some(a) = &inputs.a_log {
+            ptrs.a_log = up(a)?;
+        }
+        if let Some(d) = &inputs.dt_bias {
+            ptrs.dt_bias = up(d)?;
+        }
+        if let Some(i) = &inputs.state_indices {
+            ptrs.state_indices = up(i)?;
+        }
+        let mut pool = None;
+        if let Some(s) = &inputs.initial_state {
+            if p.final_state == FinalState::InPlace {
+                let b = self.upload(s)?;
+                ptrs.state_in = b.ptr();
+                pool = Some(b);
+            } else {
+                ptrs.state_in = up(s)?;
+            }
+        }
+        let state_bytes = p.hv * p.k * p.v * p.state_out_dtype.size();
+        let o = self.poisoned(p.tokens * p.hv * p.v * p.out_dtype.size())?;
+        ptrs.o = o.ptr();
+        let final_state = match p.final_state {
+            FinalState::None => None,
+            FinalState::Dense => Some(self.poisoned(p.seqs * state_bytes)?),
+            FinalState::InPlace => pool,
+        };
+        ptrs.state_out = final_state.as_ref().map_or(0, |b| b.ptr());
+        let checkpoints = match p.checkpoint_every {
+            Some(_) => Some(self.poisoned(total_ck * state_bytes)?),
+            None => None,
+        };
+        ptrs.checkpoints = checkpoints.as_ref().map_or(0, |b| b.ptr());
+        Ok(CallBuffers {
+            _inputs: keep,
+            o,
+            final_state,
+            checkpoints,
+            ptrs,
         })
     }
 }
@@ -22,17 +481,127 @@ impl Backend for CudaBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
     }
+
     fn caps(&self) -> &Capabilities {
         &self.caps
     }
+
     fn kernels(&self) -> &'static [Kernel] {
-        &[]
+        &[Kernel::Chunked, Kernel::SmallBh, Kernel::Recurrent]
     }
-    fn run(&self, kernel: Kernel, _p: &Problem, _inputs: &Inputs) -> Result<Outputs> {
-        Err(Error::unsupported(
-            BackendKind::Cuda,
-            kernel.name(),
-            "not implemented",
-        ))
+
+    fn run(&self, kernel: Kernel, p: &Problem, inputs: &Inputs) -> Result<Outputs> {
+        let val = validate_inputs(p, inputs)?;
+        self.supports(kernel, p)?;
+        self.bind()?;
+        let bufs = self.buffers(p, inputs, val.total_checkpoints())?;
+        {
+            let mut ws = self
+                .workspace
+                .lock()
+                .map_err(|_| drv("workspace", "poisoned lock"))?;
+            self.reserve(&mut ws, kernel, p)?;
+            self.launch(kernel, p, &bufs.ptrs, self.stream_handle(), &mut ws)?;
+            self.sync()?;
+        }
+        let o = self.download(&bufs.o, p.out_dtype, p.o_shape())?;
+        let final_state = match (&bufs.final_state, p.final_shape()) {
+            (Some(b), Some(shape)) => {
+                let dt = if p.final_state == FinalState::InPlace {
+                    p.state_in_dtype
+                } else {
+                    p.state_out_dtype
+                };
+                Some(self.download(b, dt, shape)?)
+            }
+            _ => None,
+        };
+        let checkpoints = match &bufs.checkpoints {
+            Some(b) => Some(self.download(
+                b,
+                p.state_out_dtype,
+                p.state_shape(val.total_checkpoints()),
+            )?),
+            None => None,
+        };
+        Ok(Outputs {
+            o,
+            final_state,
+            checkpoints,
+        })
+    }
+
+    fn bench(
+        &self,
+        kernel: Kernel,
+        p: &Problem,
+        inputs: &Inputs,
+        opts: &BenchOptions,
+    ) -> Result<BenchReport> {
+        let val = validate_inputs(p, inputs)?;
+        self.supports(kernel, p)?;
+        self.bind()?;
+        let in_bytes: usize = [&inputs.q, &inputs.k, &inputs.v, &inputs.g, &inputs.beta]
+            .iter()
+            .map(|t| t.size_bytes())
+            .sum::<usize>()
+            + inputs.initial_state.as_ref().map_or(0, |t| t.size_bytes())
+            + p.tokens * p.hv * p.v * p.out_dtype.size();
+        let sets = opts
+            .rotate_bytes
+            .div_ceil(in_bytes.max(1))
+            .clamp(1, 64);
+        let mut all = Vec::with_capacity(sets);
+        for _ in 0..sets {
+            all.push(self.buffers(p, inputs, val.total_checkpoints())?);
+        }
+        let mut ws = self
+            .workspace
+            .lock()
+            .map_err(|_| drv("workspace", "poisoned lock"))?;
+        self.reserve(&mut ws, kernel, p)?;
+        let stream = self.stream_handle();
+        for i in 0..opts.warmup.max(1) {
+            self.launch(kernel, p, &all[i % sets].ptrs, stream, &mut ws)?;
+        }
+        self.sync()?;
+        let iters = opts.iters.max(1);
+        let mut events = Vec::with_capacity(2 * iters);
+        for _ in 0..2 * iters {
+            events.push(
+                result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+                    .map_err(|e| drv("cuEventCreate", e))?,
+            );
+        }
+        let mut host_us = Vec::with_capacity(iters);
+        let cs = self.stream.cu_stream();
+        for i in 0..iters {
+            // SAFETY: the events were created above in this context; the stream is ours.
+            unsafe { result::event::record(events[2 * i], cs) }.map_err(|e| drv("record", e))?;
+            let t0 = Instant::now();
+            self.launch(kernel, p, &all[i % sets].ptrs, stream, &mut ws)?;
+            host_us.push(t0.elapsed().as_secs_f64() * 1e6);
+            // SAFETY: as above.
+            unsafe { result::event::record(events[2 * i + 1], cs) }.map_err(|e| drv("record", e))?;
+        }
+        self.sync()?;
+        let mut device_ms = Vec::with_capacity(iters);
+        for i in 0..iters {
+            // SAFETY: both events were recorded on the synchronised stream.
+            let ms = unsafe { result::event::elapsed(events[2 * i], events[2 * i + 1]) }
+                .map_err(|e| drv("cuEventElapsedTime", e))?;
+            device_ms.push(ms as f64);
+        }
+        for e in events {
+            // SAFETY: each event is destroyed once, after its last use.
+            let _ = unsafe { result::event::destroy(e) };
+        }
+        Ok(BenchReport {
+            device_ms,
+            host_us,
+            timer: "CUDA events around each launch".into(),
+            input_sets: sets,
+            device: self.caps.device.clone(),
+        })
     }
 }

@@ -1,0 +1,238 @@
+//! The raw launch API: device pointers and a caller's stream in, kernels enqueued, nothing read
+//! back, nothing allocated, no host synchronisation (CUDA-graph capture safe).
+//!
+//! # Contract of [`CudaBackend::launch`](crate::CudaBackend::launch)
+//!
+//! * Every tensor is contiguous, row-major, in the shapes and dtypes of `deltarule_core::Problem`
+//!   (SPEC.md section 2), allocated in the device's primary context (PyTorch's allocations are) and
+//!   at least 16-byte aligned (every allocator's default). Tensors of 16-bit states must hold a
+//!   multiple of 4 elements per row (always true for the head dims accepted).
+//! * Pointers that may be 0: `a_log` (no A_log, or gate = log), `dt_bias` (gate = log),
+//!   `state_in` (initial state none), `state_indices` (no pool), `state_out` (final state none),
+//!   `checkpoints` (no checkpoints). For an in-place pool `state_out` must equal `state_in`.
+//! * `stream` is a `CUstream` of that context (0 = the legacy default stream); every kernel is
+//!   enqueued on it in order. The metadata the kernels need (chunk table with sentinel rows, chunk
+//!   and checkpoint offsets) is built on the device from `cu_seqlens` by a first small kernel.
+//! * The [`Workspace`] must have been reserved for (kernel, problem) with
+//!   [`CudaBackend::reserve`](crate::CudaBackend::reserve) (which also compiles and loads the
+//!   kernels): `launch` never allocates and never compiles.
+//! * `cu_seqlens` and `state_indices` are not validated here (reading them would need a host
+//!   synchronisation): out-of-range values are undefined behaviour, as in the peer kernels. The
+//!   host-in/host-out `Backend::run` validates them first.
+
+use crate::device::DeviceBuffer;
+use deltarule_core::{
+    BetaMode, DType, FinalState, Gate, InitialState, Kernel, Op, Problem, StateLayout,
+};
+
+/// Kernel parameters, mirrored by `struct Params` in `kernels/common.cuh` (same order, C layout).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Params {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub g: u64,
+    pub beta: u64,
+    pub cu_seqlens: u64,
+    pub a_log: u64,
+    pub dt_bias: u64,
+    pub state_in: u64,
+    pub state_indices: u64,
+    pub o: u64,
+    pub state_out: u64,
+    pub checkpoints: u64,
+    pub chunk_table: u64,
+    pub chunk_offsets: u64,
+    pub ck_offsets: u64,
+    pub work: u64,
+    pub t: i32,
+    pub n: i32,
+    pub h: i32,
+    pub hv: i32,
+    pub group: i32,
+    pub table_rows: i32,
+    pub scale: f32,
+    pub lower_bound: f32,
+    pub qkv_dt: i32,
+    pub g_dt: i32,
+    pub beta_dt: i32,
+    pub out_dt: i32,
+    pub s_in_dt: i32,
+    pub s_out_dt: i32,
+    pub off_dt: i32,
+    pub idx_dt: i32,
+    pub gate: i32,
+    pub beta_mode: i32,
+    pub l2norm: i32,
+    pub layout: i32,
+    pub initial: i32,
+    pub final_mode: i32,
+    pub ck_every: i32,
+    pub has_a_log: i32,
+}
+
+const _: () = assert!(std::mem::size_of::<Params>() == 232);
+
+/// Device pointers of one call (0 where the contract allows).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevicePtrs {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub g: u64,
+    pub beta: u64,
+    pub cu_seqlens: u64,
+    pub a_log: u64,
+    pub dt_bias: u64,
+    pub state_in: u64,
+    pub state_indices: u64,
+    pub o: u64,
+    pub state_out: u64,
+    pub checkpoints: u64,
+}
+
+/// The dtype codes of `common.cuh`.
+pub fn dtype_code(d: DType) -> i32 {
+    match d {
+        DType::F32 | DType::F64 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        DType::I32 => 3,
+        DType::I64 => 4,
+    }
+}
+
+/// Fills every field but the metadata and workspace pointers.
+pub fn params(p: &Problem, t: &DevicePtrs) -> Params {
+    Params {
+        q: t.q,
+        k: t.k,
+        v: t.v,
+        g: t.g,
+        beta: t.beta,
+        cu_seqlens: t.cu_seqlens,
+        a_log: t.a_log,
+        dt_bias: t.dt_bias,
+        state_in: t.state_in,
+        state_indices: t.state_indices,
+        o: t.o,
+        state_out: t.state_out,
+        checkpoints: t.checkpoints,
+        t: p.tokens as i32,
+        n: p.seqs as i32,
+        h: p.h as i32,
+        hv: p.hv as i32,
+        group: p.group() as i32,
+        table_rows: table_rows(p) as i32,
+        scale: p.scale as f32,
+        lower_bound: match p.gate {
+            Gate::LowerBound(lb) => lb as f32,
+            _ => 0.0,
+        },
+        qkv_dt: dtype_code(p.qkv_dtype),
+        g_dt: dtype_code(p.g_dtype),
+        beta_dt: dtype_code(p.beta_dtype),
+        out_dt: dtype_code(p.out_dtype),
+        s_in_dt: dtype_code(p.state_in_dtype),
+        s_out_dt: dtype_code(p.state_out_dtype),
+        off_dt: dtype_code(p.offsets_dtype),
+        idx_dt: dtype_code(p.index_dtype),
+        gate: match p.gate {
+            Gate::Log => 0,
+            Gate::Softplus => 1,
+            Gate::LowerBound(_) => 2,
+        },
+        beta_mode: match p.beta {
+            BetaMode::Prob => 0,
+            BetaMode::Logit => 1,
+            BetaMode::Logit2 => 2,
+        },
+        l2norm: i32::from(p.l2norm),
+        layout: match p.layout {
+            StateLayout::Kv => 0,
+            StateLayout::Vk => 1,
+        },
+        initial: match p.initial {
+            InitialState::None => 0,
+            InitialState::Dense => 1,
+            InitialState::Pool { .. } => 2,
+        },
+        final_mode: match p.final_state {
+            FinalState::None => 0,
+            FinalState::Dense => 1,
+            FinalState::InPlace => 2,
+        },
+        ck_every: p.checkpoint_every.unwrap_or(0) as i32,
+        has_a_log: i32::from(p.a_log),
+        ..Params::default()
+    }
+}
+
+/// Static chunk-table rows `ceil(T/64) + N - 1` (SPEC.md section 7).
+pub fn table_rows(p: &Problem) -> usize {
+    deltarule_core::varlen::ChunkTable::static_rows(p.tokens, p.seqs, p.chunk)
+}
+
+/// Byte layout of a workspace for (kernel, problem): metadata tables, then the small-bh block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkspaceLayout {
+    pub chunk_table: usize,
+    pub chunk_offsets: usize,
+    pub ck_offsets: usize,
+    pub work: usize,
+    pub total: usize,
+}
+
+impl WorkspaceLayout {
+    /// `block`: workspace bytes per (chunk row, value head) of the small-bh intra kernel.
+    pub fn new(kernel: Kernel, p: &Problem, block: usize) -> Self {
+        let rows = table_rows(p);
+        let chunk_table = 0;
+        let chunk_offsets = chunk_table + rows * 2 * 4;
+        let ck_offsets = chunk_offsets + (p.seqs + 1) * 4;
+        let work = (ck_offsets + (p.seqs + 1) * 4).div_ceil(256) * 256;
+        let total = match kernel {
+            Kernel::SmallBh => work + rows * p.hv * block,
+            _ => work,
+        };
+        WorkspaceLayout {
+            chunk_table,
+            chunk_offsets,
+            ck_offsets,
+            work,
+            total,
+        }
+    }
+}
+
+/// Device scratch of the launches, sized at warm-up ([`CudaBackend::reserve`](crate::CudaBackend::reserve))
+/// and reused: a launch never allocates.
+#[derive(Default)]
+pub struct Workspace {
+    pub(crate) buf: Option<DeviceBuffer>,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        Workspace { buf: None }
+    }
+    /// Bytes held on the device.
+    pub fn bytes(&self) -> usize {
+        self.buf.as_ref().map_or(0, |b| b.bytes())
+    }
+    pub(crate) fn base(&self) -> u64 {
+        self.buf.as_ref().map_or(0, |b| b.ptr())
+    }
+}
+
+/// The module of (op, kernel).
+pub fn module_for(op: Op, kernel: Kernel) -> crate::kernels::Module {
+    use crate::kernels::Module;
+    match (op, kernel) {
+        (Op::Gdn, Kernel::Recurrent) => Module::GdnDecode,
+        (Op::Kda, Kernel::Recurrent) => Module::KdaDecode,
+        (Op::Gdn, _) => Module::GdnPrefill,
+        (Op::Kda, _) => Module::KdaPrefill,
+    }
+}

@@ -1,0 +1,157 @@
+// common.cuh: shared definitions of every deltarule CUDA module (header-free: no CUDA headers).
+//
+// * scalar types, dtype codes (must match backends/cuda/src/launch.rs `dtype_code`);
+// * bf16/f16 conversions with bit operations and inline PTX;
+// * loads/stores of any float dtype selected at run time (g, beta, states, outputs);
+// * the kernel parameter block `Params` (mirrors `launch::Params`, #[repr(C)]);
+// * gate, beta and exp helpers of SPEC.md section 4 (f32);
+// * `mma.sync.m16n8k16` (bf16 or f16 operands, f32 accumulators) and a warp-tiled product helper.
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define DT_F32 0
+#define DT_F16 1
+#define DT_BF16 2
+#define DT_I32 3
+#define DT_I64 4
+
+#define GATE_LOG 0
+#define GATE_SOFTPLUS 1
+#define GATE_LOWER_BOUND 2
+
+#define BETA_PROB 0
+#define BETA_LOGIT 1
+#define BETA_LOGIT2 2
+
+#define LAYOUT_KV 0
+#define LAYOUT_VK 1
+
+#define INIT_NONE 0
+#define INIT_DENSE 1
+#define INIT_POOL 2
+
+#define FINAL_NONE 0
+#define FINAL_DENSE 1
+#define FINAL_INPLACE 2
+
+// Kernel parameters, passed by value. Pointers first (8 bytes), then 4-byte fields; 232 bytes.
+struct Params {
+    const void* q;             // [T, H, K]
+    const void* k;             // [T, H, K]
+    const void* v;             // [T, HV, V]
+    const void* g;             // gdn [T, HV], kda [T, HV, K]
+    const void* beta;          // [T, HV]
+    const void* cu_seqlens;    // [N + 1] i32/i64
+    const float* a_log;        // [HV] or null
+    const float* dt_bias;      // gdn [HV], kda [HV, K], or null
+    const void* state_in;      // dense [N, HV, ..] or pool [P, HV, ..], or null
+    const void* state_indices; // [N] i32/i64 or null
+    void* o;                   // [T, HV, V]
+    void* state_out;           // dense [N, HV, ..], the pool (== state_in) or null
+    void* checkpoints;         // [total, HV, ..] or null
+    int* chunk_table;          // [table_rows, 2] (sequence, chunk) or (-1, -1)
+    int* chunk_offsets;        // [N + 1]
+    int* ck_offsets;           // [N + 1]
+    void* work;                // small-bh workspace
+    int T, N, H, HV, group, table_rows;
+    float scale, lower_bound;
+    int qkv_dt, g_dt, beta_dt, out_dt, s_in_dt, s_out_dt, off_dt, idx_dt;
+    int gate, beta_mode, l2norm, layout, initial, final_mode, ck_every, has_a_log;
+};
+
+// ------------------------------------------------------------------ conversions
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float ld_f(const void* p, i64 i, int dt) {
+    if (dt == DT_F32) return ((const float*)p)[i];
+    u16 h = ((const u16*)p)[i];
+    return dt == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+__device__ __forceinline__ void st_f(void* p, i64 i, int dt, float x) {
+    if (dt == DT_F32) {
+        ((float*)p)[i] = x;
+    } else {
+        ((u16*)p)[i] = dt == DT_BF16 ? f32_to_bf16(x) : f32_to_f16(x);
+    }
+}
+__device__ __forceinline__ i64 ld_i(const void* p, i64 i, int dt) {
+    return dt == DT_I64 ? ((const i64*)p)[i] : (i64)((const int*)p)[i];
+}
+
+// ------------------------------------------------------------------ math (f32)
+__device__ __forceinline__ float fexp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float flog2(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float fexp(float x) { return fexp2(x * 1.4426950408889634f); }
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + fexp(-x)); }
+__device__ __forceinline__ float softplusf_(float x) {
+    if (x > 20.0f) return x;
+    if (x < -15.0f) return fexp(x);
+    return flog2(1.0f + fexp(x)) * 0.6931471805599453f;
+}
+
+// The log decay of one gate element (SPEC.md section 4). `bias_idx` indexes dt_bias.
+__device__ __forceinline__ float gate_value(const Params& p, float x, int hv, int bias_idx) {
+    if (p.gate == GATE_LOG) return x;
+    float b = p.dt_bias ? p.dt_bias[bias_idx] : 0.0f;
+    if (p.gate == GATE_SOFTPLUS) {
+        float a = p.has_a_log ? fexp(p.a_log[hv]) : 1.0f;
+        return -a * softplusf_(x + b);
+    }
+    float z = p.has_a_log ? fexp(p.a_log[hv]) * (x + b) : (x + b);
+    return p.lower_bound * sigmoidf_(z);
+}
+__device__ __forceinline__ float beta_value(const Params& p, float b) {
+    if (p.beta_mode == BETA_PROB) return b;
+    float s = sigmoidf_(b);
+    return p.beta_mode == BETA_LOGIT2 ? 2.0f * s : s;
+}
+
+// Offset of state element (d, e) of one K x V state in the problem's layout.
+__device__ __forceinline__ i64 state_off(int layout, int d, int e, int kd, int vd) {
+    return layout == LAYOUT_KV ? (i64)d * vd + e : (i64)e * kd + d;
+}
+
+// Row of the initial state of sequence n (-1: zeros), and of its final state (-1: not written).
+__device__ __forceinline__ i64 initial_row(const Params& p, int n) {
+    if (p.initial == INIT_NONE) return -1;
+    if (p.initial == INIT_DENSE) return n;
+    return ld_i(p.state_indices, n, p.idx_dt);
+}
+__device__ __forceinline__ i64 final_row(const Params& p, int n) {
+    if (p.final_mode == FINAL_NONE) return -1;
+    if (p.final_mode == FINAL_DENSE) return n;
+    return ld_i(p.state_indices, n, p.idx_dt);
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}

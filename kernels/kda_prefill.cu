@@ -1,0 +1,25 @@
+// kda_prefill.cu: Kimi Delta Attention chunked prefill entry points (per-channel decay, with
+// the reference-point scheme of prefill.cuh). Layouts and grids are documented in prefill.cuh; every pointer and option is in Params.
+
+// Fused chunked prefill. grid (HV, N), 256 threads, dynamic shared memory Lay<true>::TOTAL.
+// One CTA per (sequence, value head) walks its chunks; nothing per chunk goes to device memory
+// except checkpoints.
+extern "C" __global__ void __launch_bounds__(NTH, 1) kda_prefill_fused(const Params p) {
+    chunked_fused<true>(p);
+}
+
+// small-bh stage 1. grid (table_rows, HV), 256 threads, shared Lay<true>::TOTAL. Chunk-parallel
+// intra products of chunk-table row blockIdx.x into the workspace (WLay); sentinel rows exit.
+extern "C" __global__ void __launch_bounds__(NTH, 1) kda_prefill_intra(const Params p) {
+    smallbh_intra<true>(p);
+}
+
+// small-bh stage 2. grid (V / 32, HV, N), 128 threads, shared SLay::TOTAL. State pass of one V
+// tile: o, final state, checkpoints.
+extern "C" __global__ void __launch_bounds__(SNW * 32, 1) kda_prefill_state(const Params p) {
+    smallbh_state<true>(p);
+}
+
+// Sizes the host reads once per loaded module (cuModuleGetGlobal): dynamic shared memory of the
+// fused and intra kernels, of the small-bh state kernel, and the workspace block per (chunk, head).
+extern "C" __device__ int kda_prefill_sizes[4] = {Lay<true>::TOTAL, SLay::TOTAL, WLay::BLOCK, 0};

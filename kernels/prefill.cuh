@@ -1,0 +1,781 @@
+// prefill.cuh: chunked prefill (SPEC.md section 5), shared by gdn_prefill.cu and kda_prefill.cu.
+//
+// Compile-time constants (NVRTC -D): HEAD_K, HEAD_V in {32, 64, 128}; MMA_F16 (0: bf16 tensor-core
+// operands, used for bf16 and f32 inputs; 1: f16 operands for f16 inputs). Everything else (dtypes,
+// gates, betas, layouts, pools, checkpoints) is a run-time field of `Params`.
+//
+// Stages (one chunk = 64 tokens of one sequence, one value head; rows past the chunk's length are
+// zero-padded, with zero log decay, so they contribute nothing):
+//   intra_chunk: Γ (cumsum, f32), A (strictly lower, β folded) and P (lower incl. diagonal, scale
+//     folded), T = (I + A)^-1 in f32 (16x16 diagonal blocks by forward substitution, one warp each,
+//     merged as T_rc = -T_rr Σ_{c<=m<r} A_rm T_mc), T' = T diag(β) split into bf16 hi + lo,
+//     W = T' (K ⊙ e^Γ), U = T' V (f32), q̃ = scale Q ⊙ e^Γ, k̃ = K ⊙ e^{Γ_last - Γ}, e^{Γ_last}.
+//     gdn: K Kᵀ and Q Kᵀ on tensor cores, then the scalar decay e^{Γ_i - Γ_j} selected for j <= i.
+//     kda: A and P in f32 on CUDA cores: diagonal 16x16 sub-blocks elementwise (exponent Γ_i - Γ_j,
+//     j <= i, never positive), off-diagonal sub-blocks through the reference point Γ_n at the first
+//     token of the row sub-chunk (k_i e^{Γ_i - Γ_n} · k_j e^{Γ_n - Γ_j}, both exponents <= 0).
+//   state_chunk: V_new = U - W·S, O = q̃·S + P·V_new, S <- e^{Γ_last} ⊙ S + k̃ᵀ·V_new, with the
+//     running state S in f32 registers (mma accumulator layout) and its bf16 copy in shared memory.
+//
+// mma.sync.m16n8k16 operands: A stored row-major [M][K]; B stored as [N][K] (its transpose), so
+// every fragment register is one aligned 32-bit shared load; rows are padded by 8 elements
+// (16 bytes) so the 8 rows x 4 words of a fragment hit 32 distinct banks.
+
+#ifndef HEAD_K
+#error "HEAD_K must be defined (-DHEAD_K=...)"
+#endif
+#ifndef HEAD_V
+#error "HEAD_V must be defined (-DHEAD_V=...)"
+#endif
+#ifndef MMA_F16
+#define MMA_F16 0
+#endif
+
+constexpr int KD = HEAD_K;
+constexpr int VD = HEAD_V;
+constexpr int CH = 64;        // chunk
+constexpr int KP = KD + 8;    // padded row of [64][KD] operands (elements)
+constexpr int CP = CH + 8;    // padded row of [*][64] operands
+constexpr int NTH = 256;      // threads of the intra stage and of the fused kernel
+constexpr int SVT = 32;       // V tile of the small-bh state pass
+constexpr int SNW = 4;        // warps of the small-bh state pass
+static_assert(KD == 32 || KD == 64 || KD == 128, "HEAD_K must be 32, 64 or 128");
+static_assert(VD == 32 || VD == 64 || VD == 128, "HEAD_V must be 32, 64 or 128");
+
+#if MMA_F16
+__device__ __forceinline__ u16 to_mma(float x) { return f32_to_f16(x); }
+__device__ __forceinline__ float from_mma(u16 h) { return f16_to_f32(h); }
+#define MMA_INSTR "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+#else
+__device__ __forceinline__ u16 to_mma(float x) { return f32_to_bf16(x); }
+__device__ __forceinline__ float from_mma(u16 h) { return bf16_to_f32(h); }
+#define MMA_INSTR "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+#endif
+
+__device__ __forceinline__ void mma16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                         u32 b1) {
+    asm volatile(MMA_INSTR "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ float frsqrt(float x) {
+    float y;
+    asm("rsqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Output tiles of an M x N product shared by NW warps: warp w owns tiles [w*PER, (w+1)*PER), tile
+// index = mt * NT + nt.
+template <int M, int N, int NW>
+struct Tiles {
+    static constexpr int MT = M / 16, NT = N / 8, COUNT = MT * NT, PER = COUNT / NW;
+    static_assert(M % 16 == 0 && N % 8 == 0, "tile shape");
+    static_assert(COUNT % NW == 0, "tiles must divide among the warps");
+};
+
+// Row and column of accumulator element 0 of tile i of this warp; the four elements are
+// (r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1).
+template <int M, int N, int NW>
+__device__ __forceinline__ void tile_rc(int warp, int lane, int i, int& r, int& c) {
+    typedef Tiles<M, N, NW> TL;
+    const int idx = warp * TL::PER + i;
+    r = (idx / TL::NT) * 16 + (lane >> 2);
+    c = (idx % TL::NT) * 8 + (lane & 3) * 2;
+}
+
+// acc += A (row-major [M][KK], row stride lda) x B (stored [N][KK], row stride ldb).
+template <int M, int N, int KK, int NW>
+__device__ __forceinline__ void mma_tiles(float (&acc)[Tiles<M, N, NW>::PER][4], const u16* A,
+                                          int lda, const u16* B, int ldb, int warp, int lane) {
+    typedef Tiles<M, N, NW> TL;
+    const int g = lane >> 2, t = (lane & 3) * 2;
+#pragma unroll
+    for (int ks = 0; ks < KK / 16; ++ks) {
+#pragma unroll
+        for (int i = 0; i < TL::PER; ++i) {
+            const int idx = warp * TL::PER + i;
+            const int mt = idx / TL::NT, nt = idx % TL::NT;
+            const u16* a = A + (mt * 16 + g) * lda + ks * 16 + t;
+            const u16* b = B + (nt * 8 + g) * ldb + ks * 16 + t;
+            const u32 a0 = *(const u32*)a;
+            const u32 a1 = *(const u32*)(a + 8 * lda);
+            const u32 a2 = *(const u32*)(a + 8);
+            const u32 a3 = *(const u32*)(a + 8 * lda + 8);
+            const u32 b0 = *(const u32*)b;
+            const u32 b1 = *(const u32*)(b + 8);
+            mma16816(acc[i], a0, a1, a2, a3, b0, b1);
+        }
+    }
+}
+
+template <int P>
+__device__ __forceinline__ void zero_acc(float (&acc)[P][4]) {
+#pragma unroll
+    for (int i = 0; i < P; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+}
+
+__host__ __device__ constexpr int align16(int x) { return (x + 15) / 16 * 16; }
+__host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+
+// Shared-memory arena of the intra stage (byte offsets). The first part (W, q̃, k̃ᵀ, P, U, e^Γlast)
+// is what the state pass reads; the scratch after it is reused: Ks becomes W, Qs becomes q̃ (in
+// place), XT/VbT overwrite A/T once T' is built, and in the fused kernel the state pass puts its
+// bf16 state copy Sb [VD][KP] and V_newᵀ [VD][CP] over the scratch.
+template <bool KDA>
+struct Lay {
+    static constexpr int UST = VD + 4;                      // row of U (f32)
+    static constexpr int WM = 0;                            // Ks -> W   [64][KP] u16
+    static constexpr int QD = WM + 64 * KP * 2;             // Qs -> q̃   [64][KP] u16
+    static constexpr int KDT = QD + 64 * KP * 2;            // k̃ᵀ        [KD][CP] u16
+    static constexpr int PM = KDT + KD * CP * 2;            // P         [64][CP] u16
+    static constexpr int UF = PM + 64 * CP * 2;             // U         [64][UST] f32
+    static constexpr int GL = UF + 64 * UST * 4;            // e^Γlast   [KD] f32
+    static constexpr int SCR = align16(GL + KD * 4);        // scratch
+    static constexpr int GK = KDA ? KD : 1;
+    static constexpr int G = SCR;                           // Γ         [64][GK] f32
+    static constexpr int BETA = align16(G + 64 * GK * 4);   // β         [64] f32
+    static constexpr int AF = BETA + 64 * 4;                // A         [64][65] f32
+    static constexpr int TF = AF + 64 * 65 * 4;             // T         [64][65] f32
+    static constexpr int TMP = TF + 64 * 65 * 4;            // merge     [3][16][17] f32
+    static constexpr int DS = 16;                           // kda channel slice
+    static constexpr int SL = TMP + 3 * 16 * 17 * 4;        // kda: KT [64][DS], QT [64][DS], KH [96][DS]
+    static constexpr int SL_END = SL + (KDA ? 224 * DS * 4 : 0);
+    static constexpr int XT = AF;                           // (K ⊙ e^Γ)ᵀ [KD][CP] u16 (after T')
+    static constexpr int VBT = XT + KD * CP * 2;            // Vᵀ        [VD][CP] u16
+    static constexpr int TB = align16(imax(SL_END, VBT + VD * CP * 2)); // T' hi, lo [64][CP] u16
+    static constexpr int SB = SCR;                          // fused state pass: S bf16 [VD][KP]
+    static constexpr int VNT = SB + VD * KP * 2;            //                   V_newᵀ [VD][CP]
+    static constexpr int TOTAL = imax(TB + 2 * 64 * CP * 2, VNT + VD * CP * 2);
+    static_assert(TOTAL <= 232448, "shared memory of the intra stage");
+};
+
+// Shared memory of the small-bh state pass: two stages of what one chunk needs, then Sb, V_newᵀ.
+struct SLay {
+    static constexpr int UST = SVT + 4;
+    static constexpr int W = 0;
+    static constexpr int Q = W + 64 * KP * 2;
+    static constexpr int KT = Q + 64 * KP * 2;
+    static constexpr int P = KT + KD * CP * 2;
+    static constexpr int U = P + 64 * CP * 2;
+    static constexpr int GL = U + 64 * UST * 4;
+    static constexpr int STAGE = align16(GL + KD * 4);
+    static constexpr int SB = 2 * STAGE;
+    static constexpr int VNT = SB + SVT * KP * 2;
+    static constexpr int TOTAL = VNT + SVT * CP * 2;
+    static_assert(TOTAL <= 232448, "shared memory of the small-bh state pass");
+};
+
+// Workspace block of one (chunk row, value head), written by the intra kernel (no padding).
+struct WLay {
+    static constexpr int W = 0;                  // [64][KD] mma type
+    static constexpr int Q = W + 64 * KD * 2;    // [64][KD]
+    static constexpr int KT = Q + 64 * KD * 2;   // [KD][64]
+    static constexpr int P = KT + KD * 64 * 2;   // [64][64]
+    static constexpr int U = P + 64 * 64 * 2;    // [64][VD] f32
+    static constexpr int GL = U + 64 * VD * 4;   // [KD] f32
+    static constexpr int BLOCK = align16(GL + KD * 4);
+};
+
+// --------------------------------------------------------------------------------- intra stage
+// Computes the state-independent products of the chunk [t0, t0 + L) of value head hv into the
+// arena `sm` (layout Lay<KDA>). All NTH threads; ends without a final barrier.
+template <bool KDA>
+__device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv) {
+    typedef Lay<KDA> LY;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int h = hv / p.group;
+    u16* Ks = (u16*)(sm + LY::WM);
+    u16* Qs = (u16*)(sm + LY::QD);
+    u16* KdT = (u16*)(sm + LY::KDT);
+    u16* Pm = (u16*)(sm + LY::PM);
+    float* Uf = (float*)(sm + LY::UF);
+    float* GLs = (float*)(sm + LY::GL);
+    float* G = (float*)(sm + LY::G);
+    float* Bs = (float*)(sm + LY::BETA);
+    float* Af = (float*)(sm + LY::AF);
+    float* Tf = (float*)(sm + LY::TF);
+    float* Tmp = (float*)(sm + LY::TMP);
+    u16* XT = (u16*)(sm + LY::XT);
+    u16* VbT = (u16*)(sm + LY::VBT);
+    u16* Tbh = (u16*)(sm + LY::TB);
+    u16* Tbl = Tbh + 64 * CP;
+
+    // 1a. q and k rows (L2 norm in f32, then rounded to the mma type); one warp per row.
+    for (int i = warp; i < CH; i += NTH / 32) {
+        float qv[KD / 32], kv[KD / 32];
+        float sq = 0.0f, sk = 0.0f;
+        const bool valid = i < L;
+        const i64 base = ((i64)(t0 + i) * p.H + h) * KD;
+#pragma unroll
+        for (int j = 0; j < KD / 32; ++j) {
+            const int d = lane + 32 * j;
+            qv[j] = valid ? ld_f(p.q, base + d, p.qkv_dt) : 0.0f;
+            kv[j] = valid ? ld_f(p.k, base + d, p.qkv_dt) : 0.0f;
+            sq += qv[j] * qv[j];
+            sk += kv[j] * kv[j];
+        }
+        float rq = 1.0f, rk = 1.0f;
+        if (p.l2norm) {
+            rq = frsqrt(warp_sum(sq) + 1e-6f);
+            rk = frsqrt(warp_sum(sk) + 1e-6f);
+        }
+#pragma unroll
+        for (int j = 0; j < KD / 32; ++j) {
+            const int d = lane + 32 * j;
+            Qs[i * KP + d] = to_mma(qv[j] * rq);
+            Ks[i * KP + d] = to_mma(kv[j] * rk);
+        }
+    }
+    // 1b. log decays and beta (zero past the chunk's length).
+    if (tid < CH) {
+        const int i = tid;
+        Bs[i] = i < L ? beta_value(p, ld_f(p.beta, (i64)(t0 + i) * p.HV + hv, p.beta_dt)) : 0.0f;
+        if (!KDA)
+            G[i] = i < L ? gate_value(p, ld_f(p.g, (i64)(t0 + i) * p.HV + hv, p.g_dt), hv, hv)
+                         : 0.0f;
+    }
+    if (KDA) {
+        for (int idx = tid; idx < CH * KD; idx += NTH) {
+            const int i = idx / KD, d = idx % KD;
+            G[idx] = i < L ? gate_value(p, ld_f(p.g, ((i64)(t0 + i) * p.HV + hv) * KD + d, p.g_dt),
+                                        hv, hv * KD + d)
+                           : 0.0f;
+        }
+    }
+    __syncthreads();
+    // 1c. Γ = inclusive cumsum over the chunk (f32).
+    if (!KDA) {
+        if (warp == 0) {
+            const float a = G[2 * lane], b = G[2 * lane + 1];
+            float s = a + b;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float y = __shfl_up_sync(0xffffffffu, s, o);
+                if (lane >= o) s += y;
+            }
+            G[2 * lane + 1] = s;
+            G[2 * lane] = s - b;
+        }
+        __syncthreads();
+    } else {
+        constexpr int SEG = NTH / KD, SLEN = CH / SEG;
+        const int d = tid % KD, sg = tid / KD;
+        float run = 0.0f;
+        for (int i = sg * SLEN; i < (sg + 1) * SLEN; ++i) {
+            run += G[i * KD + d];
+            G[i * KD + d] = run;
+        }
+        __syncthreads();
+        float off = 0.0f;
+        for (int s2 = 0; s2 < sg; ++s2) off += G[((s2 + 1) * SLEN - 1) * KD + d];
+        __syncthreads();
+        if (sg > 0)
+            for (int i = sg * SLEN; i < (sg + 1) * SLEN; ++i) G[i * KD + d] += off;
+        __syncthreads();
+    }
+
+    // 2. A (f32, strictly lower, β_i folded) and P (lower incl. diagonal, scale folded).
+    if (!KDA) {
+        typedef Tiles<CH, CH, NTH / 32> TT;
+        float akk[TT::PER][4], aqk[TT::PER][4];
+        zero_acc(akk);
+        zero_acc(aqk);
+        mma_tiles<CH, CH, KD, NTH / 32>(akk, Ks, KP, Ks, KP, warp, lane);
+        mma_tiles<CH, CH, KD, NTH / 32>(aqk, Qs, KP, Ks, KP, warp, lane);
+#pragma unroll
+        for (int i = 0; i < TT::PER; ++i) {
+            int r0, c0;
+            tile_rc<CH, CH, NTH / 32>(warp, lane, i, r0, c0);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = r0 + (e >> 1) * 8, c = c0 + (e & 1);
+                const float dec = c <= r ? fexp(G[r] - G[c]) : 0.0f;
+                Af[r * 65 + c] = c < r ? Bs[r] * akk[i][e] * dec : 0.0f;
+                Pm[r * CP + c] = to_mma(c <= r ? p.scale * aqk[i][e] * dec : 0.0f);
+            }
+        }
+    } else {
+        constexpr int DS = LY::DS;
+        float* KTs = (float*)(sm + LY::SL);
+        float* QTs = KTs + 64 * DS;
+        float* KHs = QTs + 64 * DS;
+        // this thread's 4x4 tile of the 64x64 lower triangle (136 tiles); the others zero the
+        // 120 upper tiles of P and A.
+        int ib = 0, jb = 0;
+        const bool active = tid < 136;
+        if (active) {
+            int t = tid;
+            while (t >= ib + 1) {
+                t -= ib + 1;
+                ++ib;
+            }
+            jb = t;
+        } else {
+            int u = tid - 136;
+            jb = 1;
+            while (u >= jb) {
+                u -= jb;
+                ++jb;
+            }
+            ib = u;
+            for (int x = 0; x < 4; ++x)
+                for (int y = 0; y < 4; ++y) {
+                    Pm[(4 * ib + x) * CP + 4 * jb + y] = 0;
+                    Af[(4 * ib + x) * 65 + 4 * jb + y] = 0.0f;
+                }
+        }
+        const int rs = ib >> 2, cs = jb >> 2;
+        const bool diag = rs == cs;
+        const int khb = rs == 1 ? 0 : (rs == 2 ? 16 : 48);
+        float a[4][4], pq[4][4];
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+#pragma unroll
+            for (int y = 0; y < 4; ++y) a[x][y] = pq[x][y] = 0.0f;
+        for (int s = 0; s < KD / DS; ++s) {
+            for (int idx = tid; idx < 224 * DS; idx += NTH) {
+                const int row = idx / DS, dd = idx % DS, d = s * DS + dd;
+                if (row < 64) {
+                    const int ref = row & ~15;
+                    KTs[row * DS + dd] = from_mma(Ks[row * KP + d]) * fexp(G[row * KD + d] - G[ref * KD + d]);
+                } else if (row < 128) {
+                    const int i = row - 64, ref = i & ~15;
+                    QTs[i * DS + dd] = from_mma(Qs[i * KP + d]) * fexp(G[i * KD + d] - G[ref * KD + d]);
+                } else {
+                    const int jj = row - 128;
+                    const int ref = jj < 16 ? 16 : (jj < 48 ? 32 : 48);
+                    const int j = jj < 16 ? jj : (jj < 48 ? jj - 16 : jj - 48);
+                    KHs[jj * DS + dd] = from_mma(Ks[j * KP + d]) * fexp(G[ref * KD + d] - G[j * KD + d]);
+                }
+            }
+            __syncthreads();
+            if (active) {
+                if (diag) {
+                    for (int dd = 0; dd < DS; ++dd) {
+                        const int d = s * DS + dd;
+                        float ki[4], qi[4], gi[4], kj[4], gj[4];
+#pragma unroll
+                        for (int x = 0; x < 4; ++x) {
+                            ki[x] = from_mma(Ks[(4 * ib + x) * KP + d]);
+                            qi[x] = from_mma(Qs[(4 * ib + x) * KP + d]);
+                            gi[x] = G[(4 * ib + x) * KD + d];
+                            kj[x] = from_mma(Ks[(4 * jb + x) * KP + d]);
+                            gj[x] = G[(4 * jb + x) * KD + d];
+                        }
+#pragma unroll
+                        for (int x = 0; x < 4; ++x)
+#pragma unroll
+                            for (int y = 0; y < 4; ++y) {
+                                const float e =
+                                    (4 * jb + y <= 4 * ib + x) ? fexp(gi[x] - gj[y]) : 0.0f;
+                                a[x][y] += ki[x] * kj[y] * e;
+                                pq[x][y] += qi[x] * kj[y] * e;
+                            }
+                    }
+                } else {
+                    for (int dd = 0; dd < DS; ++dd) {
+                        float kt[4], qt[4], kh[4];
+#pragma unroll
+                        for (int x = 0; x < 4; ++x) {
+                            kt[x] = KTs[(4 * ib + x) * DS + dd];
+                            qt[x] = QTs[(4 * ib + x) * DS + dd];
+                            kh[x] = KHs[(khb + 4 * jb + x) * DS + dd];
+                        }
+#pragma unroll
+                        for (int x = 0; x < 4; ++x)
+#pragma unroll
+                            for (int y = 0; y < 4; ++y) {
+                                a[x][y] += kt[x] * kh[y];
+                                pq[x][y] += qt[x] * kh[y];
+                            }
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        if (active) {
+#pragma unroll
+            for (int x = 0; x < 4; ++x)
+#pragma unroll
+                for (int y = 0; y < 4; ++y) {
+                    const int r = 4 * ib + x, c = 4 * jb + y;
+                    Af[r * 65 + c] = c < r ? Bs[r] * a[x][y] : 0.0f;
+                    Pm[r * CP + c] = to_mma(c <= r ? p.scale * pq[x][y] : 0.0f);
+                }
+        }
+    }
+    __syncthreads();
+
+    // 3. T = (I + A)^-1 in f32: diagonal 16x16 blocks by forward substitution (warp r, lane =
+    //    column), then T_rc = -T_rr · Σ_{c<=m<r} A_rm T_mc by block distance.
+    if (warp < 4 && lane < 16) {
+        const int r = warp, l = lane;
+        float col[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            float v = (i == l) ? 1.0f : 0.0f;
+#pragma unroll
+            for (int m = 0; m < i; ++m) v -= Af[(16 * r + i) * 65 + 16 * r + m] * col[m];
+            col[i] = v;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) Tf[(16 * r + i) * 65 + 16 * r + l] = col[i];
+    }
+    __syncthreads();
+    for (int dist = 1; dist < 4; ++dist) {
+        const int nb = 4 - dist;
+        for (int idx = tid; idx < nb * 256; idx += NTH) {
+            const int b = idx >> 8, i = (idx >> 4) & 15, j = idx & 15;
+            const int r = b + dist, c = b;
+            float s = 0.0f;
+            for (int m = c; m < r; ++m)
+#pragma unroll
+                for (int x = 0; x < 16; ++x)
+                    s += Af[(16 * r + i) * 65 + 16 * m + x] * Tf[(16 * m + x) * 65 + 16 * c + j];
+            Tmp[b * 272 + i * 17 + j] = s;
+        }
+        __syncthreads();
+        for (int idx = tid; idx < nb * 256; idx += NTH) {
+            const int b = idx >> 8, i = (idx >> 4) & 15, j = idx & 15;
+            const int r = b + dist, c = b;
+            float s = 0.0f;
+#pragma unroll
+            for (int x = 0; x < 16; ++x)
+                s += Tf[(16 * r + i) * 65 + 16 * r + x] * Tmp[b * 272 + x * 17 + j];
+            Tf[(16 * r + i) * 65 + 16 * c + j] = -s;
+        }
+        __syncthreads();
+    }
+    // T' = T diag(β), split into hi + lo in the mma type (upper blocks are zero).
+    for (int idx = tid; idx < CH * CH; idx += NTH) {
+        const int i = idx >> 6, j = idx & 63;
+        const float t = (j >> 4) <= (i >> 4) ? Tf[i * 65 + j] * Bs[j] : 0.0f;
+        const u16 hi = to_mma(t);
+        Tbh[i * CP + j] = hi;
+        Tbl[i * CP + j] = to_mma(t - from_mma(hi));
+    }
+    __syncthreads();
+
+    // 4. (K ⊙ e^Γ)ᵀ, Vᵀ, q̃ = scale Q ⊙ e^Γ (in place), k̃ᵀ = (K ⊙ e^{Γlast - Γ})ᵀ, e^Γlast.
+    for (int idx = tid; idx < CH * KD; idx += NTH) {
+        const int i = idx & 63, d = idx >> 6;
+        const float gi = KDA ? G[i * KD + d] : G[i];
+        const float gl = KDA ? G[63 * KD + d] : G[63];
+        const float kv = from_mma(Ks[i * KP + d]);
+        XT[d * CP + i] = to_mma(kv * fexp(gi));
+        KdT[d * CP + i] = to_mma(kv * fexp(gl - gi));
+        Qs[i * KP + d] = to_mma(p.scale * from_mma(Qs[i * KP + d]) * fexp(gi));
+    }
+    if (tid < KD) GLs[tid] = fexp(KDA ? G[63 * KD + tid] : G[63]);
+    for (int idx = tid; idx < CH * VD; idx += NTH) {
+        const int e = idx % VD, i = idx / VD;
+        const float x = i < L ? ld_f(p.v, ((i64)(t0 + i) * p.HV + hv) * VD + e, p.qkv_dt) : 0.0f;
+        VbT[e * CP + i] = to_mma(x);
+    }
+    __syncthreads();
+
+    // 5. W = T' (K ⊙ e^Γ) into the Ks slot, U = T' V (f32).
+    {
+        typedef Tiles<CH, KD, NTH / 32> TW;
+        float acc[TW::PER][4];
+        zero_acc(acc);
+        mma_tiles<CH, KD, CH, NTH / 32>(acc, Tbh, CP, XT, CP, warp, lane);
+        mma_tiles<CH, KD, CH, NTH / 32>(acc, Tbl, CP, XT, CP, warp, lane);
+#pragma unroll
+        for (int i = 0; i < TW::PER; ++i) {
+            int r, c;
+            tile_rc<CH, KD, NTH / 32>(warp, lane, i, r, c);
+            Ks[r * KP + c] = to_mma(acc[i][0]);
+            Ks[r * KP + c + 1] = to_mma(acc[i][1]);
+            Ks[(r + 8) * KP + c] = to_mma(acc[i][2]);
+            Ks[(r + 8) * KP + c + 1] = to_mma(acc[i][3]);
+        }
+    }
+    {
+        typedef Tiles<CH, VD, NTH / 32> TU;
+        float acc[TU::PER][4];
+        zero_acc(acc);
+        mma_tiles<CH, VD, CH, NTH / 32>(acc, Tbh, CP, VbT, CP, warp, lane);
+        mma_tiles<CH, VD, CH, NTH / 32>(acc, Tbl, CP, VbT, CP, warp, lane);
+#pragma unroll
+        for (int i = 0; i < TU::PER; ++i) {
+            int r, c;
+            tile_rc<CH, VD, NTH / 32>(warp, lane, i, r, c);
+            Uf[r * LY::UST + c] = acc[i][0];
+            Uf[r * LY::UST + c + 1] = acc[i][1];
+            Uf[(r + 8) * LY::UST + c] = acc[i][2];
+            Uf[(r + 8) * LY::UST + c + 1] = acc[i][3];
+        }
+    }
+}
+
+// --------------------------------------------------------------------------------- state pass
+// State tile S[0..KD) x [v0, v0 + VT) in f32 registers, accumulator layout of Tiles<KD, VT, NW>.
+template <int VT, int NW>
+__device__ __forceinline__ void load_state(const Params& p, float (&acc)[Tiles<KD, VT, NW>::PER][4],
+                                           const void* base, int dt, i64 slot, int v0) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) {
+        int r, c;
+        tile_rc<KD, VT, NW>(warp, lane, i, r, c);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int d = r + (e >> 1) * 8, v = v0 + c + (e & 1);
+            acc[i][e] = (base != nullptr && slot >= 0)
+                            ? ld_f(base, slot * KD * VD + state_off(p.layout, d, v, KD, VD), dt)
+                            : 0.0f;
+        }
+    }
+}
+template <int VT, int NW>
+__device__ __forceinline__ void store_state(const Params& p,
+                                            const float (&acc)[Tiles<KD, VT, NW>::PER][4],
+                                            void* base, int dt, i64 slot, int v0) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) {
+        int r, c;
+        tile_rc<KD, VT, NW>(warp, lane, i, r, c);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int d = r + (e >> 1) * 8, v = v0 + c + (e & 1);
+            st_f(base, slot * KD * VD + state_off(p.layout, d, v, KD, VD), dt, acc[i][e]);
+        }
+    }
+}
+// Sb [VT][KP] = bf16(Sᵀ) for the next products.
+template <int VT, int NW>
+__device__ __forceinline__ void write_sb(const float (&acc)[Tiles<KD, VT, NW>::PER][4], u16* Sb) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) {
+        int r, c;
+        tile_rc<KD, VT, NW>(warp, lane, i, r, c);
+        Sb[c * KP + r] = to_mma(acc[i][0]);
+        Sb[(c + 1) * KP + r] = to_mma(acc[i][1]);
+        Sb[c * KP + r + 8] = to_mma(acc[i][2]);
+        Sb[(c + 1) * KP + r + 8] = to_mma(acc[i][3]);
+    }
+}
+
+// One chunk of the state pass for V columns [v0, v0 + VT) with NW warps (the whole block).
+// Sb must hold bf16(Sᵀ) (synchronised). Writes o rows < L. Ends without a final barrier.
+template <int VT, int NW>
+__device__ __forceinline__ void state_chunk(const Params& p, float (&accS)[Tiles<KD, VT, NW>::PER][4],
+                                            const u16* Wm, const u16* Qd, const u16* KdT,
+                                            const u16* Pm, const float* Uf, int ust,
+                                            const float* GLs, const u16* Sb, u16* VnT, int t0,
+                                            int L, int hv, int v0) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    typedef Tiles<CH, VT, NW> TO;
+    {
+        float acc[TO::PER][4];
+        zero_acc(acc);
+        mma_tiles<CH, VT, KD, NW>(acc, Wm, KP, Sb, KP, warp, lane);
+#pragma unroll
+        for (int i = 0; i < TO::PER; ++i) {
+            int r, c;
+            tile_rc<CH, VT, NW>(warp, lane, i, r, c);
+            VnT[c * CP + r] = to_mma(Uf[r * ust + c] - acc[i][0]);
+            VnT[(c + 1) * CP + r] = to_mma(Uf[r * ust + c + 1] - acc[i][1]);
+            VnT[c * CP + r + 8] = to_mma(Uf[(r + 8) * ust + c] - acc[i][2]);
+            VnT[(c + 1) * CP + r + 8] = to_mma(Uf[(r + 8) * ust + c + 1] - acc[i][3]);
+        }
+    }
+    __syncthreads();
+    {
+        float acc[TO::PER][4];
+        zero_acc(acc);
+        mma_tiles<CH, VT, KD, NW>(acc, Qd, KP, Sb, KP, warp, lane);
+        mma_tiles<CH, VT, CH, NW>(acc, Pm, CP, VnT, CP, warp, lane);
+#pragma unroll
+        for (int i = 0; i < TO::PER; ++i) {
+            int r, c;
+            tile_rc<CH, VT, NW>(warp, lane, i, r, c);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int rr = r + (e >> 1) * 8, cc = c + (e & 1);
+                if (rr < L)
+                    st_f(p.o, ((i64)(t0 + rr) * p.HV + hv) * VD + v0 + cc, p.out_dt, acc[i][e]);
+            }
+        }
+    }
+    typedef Tiles<KD, VT, NW> TS;
+#pragma unroll
+    for (int i = 0; i < TS::PER; ++i) {
+        int r, c;
+        tile_rc<KD, VT, NW>(warp, lane, i, r, c);
+        const float g0 = GLs[r], g1 = GLs[r + 8];
+        accS[i][0] *= g0;
+        accS[i][1] *= g0;
+        accS[i][2] *= g1;
+        accS[i][3] *= g1;
+    }
+    mma_tiles<KD, VT, CH, NW>(accS, KdT, CP, VnT, CP, warp, lane);
+}
+
+__device__ __forceinline__ i64 seq_start(const Params& p, int n) { return ld_i(p.cu_seqlens, n, p.off_dt); }
+
+// Writes checkpoint j (1-based count of `every` intervals) of sequence n if position pos ends one.
+template <int VT, int NW>
+__device__ __forceinline__ void maybe_checkpoint(const Params& p,
+                                                 const float (&accS)[Tiles<KD, VT, NW>::PER][4],
+                                                 int n, int hv, i64 pos, int v0) {
+    if (p.ck_every > 0 && pos > 0 && pos % p.ck_every == 0) {
+        const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
+        store_state<VT, NW>(p, accS, p.checkpoints, p.s_out_dt, slot, v0);
+    }
+}
+
+// ------------------------------------------------------------------------------ fused kernel
+// grid (HV, N), NTH threads, dynamic shared memory Lay<KDA>::TOTAL. One CTA walks every chunk of
+// one (sequence, value head): intra stage into shared memory, then the state pass over all V.
+template <bool KDA>
+__device__ void chunked_fused(const Params& p) {
+    extern __shared__ __align__(16) char sm[];
+    typedef Lay<KDA> LY;
+    typedef Tiles<KD, VD, NTH / 32> TS;
+    const int hv = blockIdx.x, n = blockIdx.y;
+    float accS[TS::PER][4];
+    load_state<VD, NTH / 32>(p, accS, p.state_in, p.s_in_dt,
+                             initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, 0);
+    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
+    const int len = (int)(eos - bos);
+    for (int c = 0; c * CH < len; ++c) {
+        const int t0 = (int)bos + c * CH;
+        const int L = imin(CH, len - c * CH);
+        intra_chunk<KDA>(p, sm, t0, L, hv);
+        __syncthreads();
+        write_sb<VD, NTH / 32>(accS, (u16*)(sm + LY::SB));
+        __syncthreads();
+        state_chunk<VD, NTH / 32>(p, accS, (const u16*)(sm + LY::WM), (const u16*)(sm + LY::QD),
+                                  (const u16*)(sm + LY::KDT), (const u16*)(sm + LY::PM),
+                                  (const float*)(sm + LY::UF), LY::UST,
+                                  (const float*)(sm + LY::GL), (const u16*)(sm + LY::SB),
+                                  (u16*)(sm + LY::VNT), t0, L, hv, 0);
+        __syncthreads();
+        if (L == CH) maybe_checkpoint<VD, NTH / 32>(p, accS, n, hv, (i64)(c + 1) * CH, 0);
+    }
+    const i64 row = final_row(p, n);
+    if (row >= 0) store_state<VD, NTH / 32>(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, 0);
+}
+
+// ------------------------------------------------------------------------------ small-bh
+// Intra kernel: grid (table_rows, HV), NTH threads, dynamic shared memory Lay<KDA>::TOTAL.
+// Row r of the chunk table (sentinel rows skipped) -> workspace block (r, hv) in WLay layout.
+template <bool KDA>
+__device__ void smallbh_intra(const Params& p) {
+    extern __shared__ __align__(16) char sm[];
+    typedef Lay<KDA> LY;
+    const int row = blockIdx.x, hv = blockIdx.y, tid = threadIdx.x;
+    const int n = p.chunk_table[2 * row], c = p.chunk_table[2 * row + 1];
+    if (n < 0) return;
+    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
+    const int t0 = (int)bos + c * CH;
+    const int L = imin(CH, (int)(eos - t0));
+    intra_chunk<KDA>(p, sm, t0, L, hv);
+    __syncthreads();
+    char* dst = (char*)p.work + ((i64)row * p.HV + hv) * WLay::BLOCK;
+    for (int u = tid; u < 64 * (KD / 8); u += NTH) {
+        const int r = u / (KD / 8), q = u % (KD / 8);
+        *(uint4*)(dst + WLay::W + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::WM + r * KP * 2 + q * 16);
+        *(uint4*)(dst + WLay::Q + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::QD + r * KP * 2 + q * 16);
+    }
+    for (int u = tid; u < KD * 8; u += NTH) {
+        const int r = u >> 3, q = u & 7;
+        *(uint4*)(dst + WLay::KT + r * 128 + q * 16) = *(const uint4*)(sm + LY::KDT + r * CP * 2 + q * 16);
+    }
+    for (int u = tid; u < 64 * 8; u += NTH) {
+        const int r = u >> 3, q = u & 7;
+        *(uint4*)(dst + WLay::P + r * 128 + q * 16) = *(const uint4*)(sm + LY::PM + r * CP * 2 + q * 16);
+    }
+    for (int u = tid; u < 64 * (VD / 4); u += NTH) {
+        const int r = u / (VD / 4), q = u % (VD / 4);
+        *(uint4*)(dst + WLay::U + r * VD * 4 + q * 16) = *(const uint4*)(sm + LY::UF + r * LY::UST * 4 + q * 16);
+    }
+    for (int u = tid; u < KD / 4; u += NTH)
+        *(uint4*)(dst + WLay::GL + u * 16) = *(const uint4*)(sm + LY::GL + u * 16);
+}
+
+// Loads chunk row `rr` of value head hv (V columns [v0, v0 + SVT)) into stage `st` with cp.async.
+__device__ __forceinline__ void smallbh_fetch(const Params& p, char* st, i64 rr, int hv, int v0) {
+    const int tid = threadIdx.x;
+    const char* src = (const char*)p.work + (rr * p.HV + hv) * WLay::BLOCK;
+    for (int u = tid; u < 64 * (KD / 8); u += SNW * 32) {
+        const int r = u / (KD / 8), q = u % (KD / 8);
+        cp_async16(st + SLay::W + r * KP * 2 + q * 16, src + WLay::W + r * KD * 2 + q * 16);
+        cp_async16(st + SLay::Q + r * KP * 2 + q * 16, src + WLay::Q + r * KD * 2 + q * 16);
+    }
+    for (int u = tid; u < KD * 8; u += SNW * 32) {
+        const int r = u >> 3, q = u & 7;
+        cp_async16(st + SLay::KT + r * CP * 2 + q * 16, src + WLay::KT + r * 128 + q * 16);
+    }
+    for (int u = tid; u < 64 * 8; u += SNW * 32) {
+        const int r = u >> 3, q = u & 7;
+        cp_async16(st + SLay::P + r * CP * 2 + q * 16, src + WLay::P + r * 128 + q * 16);
+    }
+    for (int u = tid; u < 64 * (SVT / 4); u += SNW * 32) {
+        const int r = u / (SVT / 4), q = u % (SVT / 4);
+        cp_async16(st + SLay::U + r * SLay::UST * 4 + q * 16, src + WLay::U + (r * VD + v0) * 4 + q * 16);
+    }
+    for (int u = tid; u < KD / 4; u += SNW * 32) cp_async16(st + SLay::GL + u * 16, src + WLay::GL + u * 16);
+}
+
+// State kernel: grid (VD / SVT, HV, N), SNW warps, dynamic shared memory SLay::TOTAL. Walks the
+// chunks of one (sequence, value head) for one V tile, with the next chunk's workspace block
+// loaded by cp.async while the current one is used (double buffer).
+template <bool KDA>
+__device__ void smallbh_state(const Params& p) {
+    extern __shared__ __align__(16) char sm[];
+    typedef Tiles<KD, SVT, SNW> TS;
+    const int v0 = blockIdx.x * SVT, hv = blockIdx.y, n = blockIdx.z;
+    float accS[TS::PER][4];
+    load_state<SVT, SNW>(p, accS, p.state_in, p.s_in_dt,
+                         initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, v0);
+    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
+    const int len = (int)(eos - bos);
+    const int r0 = p.chunk_offsets[n];
+    const int nch = p.chunk_offsets[n + 1] - r0;
+    u16* Sb = (u16*)(sm + SLay::SB);
+    u16* VnT = (u16*)(sm + SLay::VNT);
+    if (nch > 0) smallbh_fetch(p, sm, r0, hv, v0);
+    cp_async_commit();
+    for (int c = 0; c < nch; ++c) {
+        if (c + 1 < nch) {
+            smallbh_fetch(p, sm + ((c + 1) & 1) * SLay::STAGE, r0 + c + 1, hv, v0);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        write_sb<SVT, SNW>(accS, Sb);
+        __syncthreads();
+        const char* st = sm + (c & 1) * SLay::STAGE;
+        const int t0 = (int)bos + c * CH;
+        const int L = imin(CH, len - c * CH);
+        state_chunk<SVT, SNW>(p, accS, (const u16*)(st + SLay::W), (const u16*)(st + SLay::Q),
+                              (const u16*)(st + SLay::KT), (const u16*)(st + SLay::P),
+                              (const float*)(st + SLay::U), SLay::UST,
+                              (const float*)(st + SLay::GL), Sb, VnT, t0, L, hv, v0);
+        __syncthreads();
+        if (L == CH) maybe_checkpoint<SVT, SNW>(p, accS, n, hv, (i64)(c + 1) * CH, v0);
+    }
+    const i64 row = final_row(p, n);
+    if (row >= 0) store_state<SVT, SNW>(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, v0);
+}
