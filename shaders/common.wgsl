@@ -40,7 +40,7 @@ struct Params {
     every: u32,       // checkpoint interval (decode), 0 = none
     grid_n: u32,      // workgroups along x when a grid is linearised over sequences
     nvt: u32,         // value tiles per head
-    wsa_blocks: u32,  // [64, K] blocks before P in a wsa slot: 3 (gdn) or 4 (kda)
+    is_kda: u32,      // 1 for kda (its wsa slot also holds Γ)
 }
 
 const DT_F32: u32 = 0u;
@@ -161,6 +161,32 @@ fn beta_value(b: f32, mode: u32) -> f32 {
         return 2.0 * sigmoid(b);
     }
     return b;
+}
+
+// The wsa workspace slot of one (chunk, value head), in f32 words; every offset is a multiple of
+// 4 so the state pass can read vec4s:
+//   Wᵀ [K][64] | kdec [64][K4] | qdec [64][K] | P [64][64] | e^Γ_last [K4] | (kda) Γ [64][K]
+// where K4 = K rounded up to 4 (the padding columns of kdec are zero).
+fn k4(k: u32) -> u32 {
+    return (k + 3u) & ~3u;
+}
+fn ws_kd(k: u32) -> u32 {
+    return 64u * k;
+}
+fn ws_qd(k: u32) -> u32 {
+    return 64u * k + 64u * k4(k);
+}
+fn ws_p(k: u32) -> u32 {
+    return 128u * k + 64u * k4(k);
+}
+fn ws_gl(k: u32) -> u32 {
+    return ws_p(k) + 4096u;
+}
+fn ws_gam(k: u32) -> u32 {
+    return ws_gl(k) + k4(k);
+}
+fn ws_slot(k: u32, kda: u32) -> u32 {
+    return ws_gam(k) + kda * 64u * k;
 }
 
 // Flat offset of state element (d, e) in the declared layout.

@@ -8,8 +8,9 @@
 // Reads: q, k [T, H, K] and v [T, HV, V] (QKV_DT), g [T, HV, K] (G_DT), beta [T, HV] (BETA_DT), all
 // as u32 words holding the caller's dtype; aux (chunk table, A_log, dt_bias).
 // Writes, per (c, z), into the workspace (rows >= L are written as zeros):
-//   wsa: W [64, K], kdec = k e^(Γ_last − Γ) [64, K], qdec = scale q e^Γ [64, K],
-//        P [64, 64] (scale q_i·k_j e^(Γ_i − Γ_j), j <= i), e^Γ_last [K];
+//   wsa (layout in common.wgsl): Wᵀ [K, 64], kdec = k e^(Γ_last − Γ) [64, K4],
+//        qdec = scale q e^Γ [64, K], P [64, 64] (scale q_i·k_j e^(Γ_i − Γ_j), j <= i),
+//        e^Γ_last [K4] (zero padded);
 //   wsu: U [64, V].
 // Every exponent is Γ_i[d] − Γ_j[d] with j <= i (clamped at 0 where j > i, whose products are
 // discarded), Γ_i or Γ_last − Γ_j: never positive for log decays. The per-channel decay is
@@ -84,6 +85,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let HV = prm.vheads;
     let K = HEAD_K;
     let V = HEAD_V;
+    let K4 = k4(K);
     if (tid == 0u) {
         s_meta = vec2<u32>(aux[prm.aux_chunks + 4u * c], aux[prm.aux_chunks + 4u * c + 1u]);
     }
@@ -91,13 +93,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let t0 = mt.x;
     let L = mt.y;
     let slot = c * prm.hvb + z;
-    let sa = 4u * 64u * K + 64u * 64u + K;
+    let sa = ws_slot(K, 1u);
     let base_w = slot * sa;
-    let base_kd = base_w + 64u * K;
-    let base_qd = base_w + 128u * K;
-    let base_p = base_w + 192u * K;
-    let base_gl = base_p + 4096u;
-    let base_gam = base_gl + K;
+    let base_kd = base_w + ws_kd(K);
+    let base_qd = base_w + ws_qd(K);
+    let base_p = base_w + ws_p(K);
+    let base_gl = base_w + ws_gl(K);
+    let base_gam = base_w + ws_gam(K);
     let base_u = slot * 64u * V;
 
     // 1. betas and inverse norms
@@ -279,7 +281,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 }
                 if (c0 + cc < width) {
                     if (is_w) {
-                        wsa[base_w + i * K + c0 + cc] = acc;
+                        wsa[base_w + (c0 + cc) * 64u + i] = acc;
                     } else {
                         wsu[base_u + i * V + c0 + cc] = acc;
                     }
@@ -303,9 +305,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             kd = s_rk[i] * ld(1u, e) * exp(wsa[base_gam + last * K + d] - gi);
         }
         wsa[base_qd + idx] = qd;
-        wsa[base_kd + idx] = kd;
+        wsa[base_kd + i * K4 + d] = kd;
     }
-    for (var d = tid; d < K; d += 256u) {
-        wsa[base_gl + d] = exp(wsa[base_gam + last * K + d]);
+    for (var idx = tid; idx < 64u * (K4 - K); idx += 256u) {
+        let i = idx / (K4 - K);
+        wsa[base_kd + i * K4 + K + idx % (K4 - K)] = 0.0;
+    }
+    for (var d = tid; d < K4; d += 256u) {
+        wsa[base_gl + d] = select(0.0, exp(wsa[base_gam + last * K + min(d, K - 1u)]), d < K);
     }
 }

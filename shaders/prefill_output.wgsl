@@ -44,8 +44,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let t0 = mt.x;
     let L = mt.y;
     let slot = c * prm.hvb + z;
-    let base_qd = slot * (prm.wsa_blocks * 64u * K + 4096u + K) + 128u * K;
-    let base_p = base_qd + 64u * K;
+    let base_w = slot * ws_slot(K, prm.is_kda);
+    let base_qd = base_w + ws_qd(K);
+    let base_p = base_w + ws_p(K);
     let base_u = slot * 64u * V;
     let base_h = slot * K * V;
     let ty = tid / 16u;

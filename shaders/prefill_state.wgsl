@@ -8,34 +8,37 @@
 //   S ← e^Γ_last ⊙ S + kdecᵀ·V_new
 // then checkpoints after chunks that end on one, and the final state.
 //
-// Grid: x + y * grid_n = sequence n, z = (hv − hv0) * nvt + value tile. 256 invocations:
-// column e = tid % BV, state rows d = tid / BV + r * (256 / BV), r < NR.
-// Reads: aux (chunk and sequence tables), wsa (W, kdec, e^Γ_last), st (initial state, dtype
+// Grid: x + y * grid_n = sequence n, z = (hv − hv0) * nvt + value tile. 256 invocations.
+//   W·S: rows 4 rg .. 4 rg + 3 (rg = tid / 16), columns CW cg .. (cg = tid % 16, CW = BV / 16);
+//   S:   rows 4 sr .. 4 sr + 3 (sr = tid / (BV / 4)), columns 4 sc .. 4 sc + 3 (sc = tid % (BV / 4)).
+// Workgroup tiles are vec4s (Wᵀ rows of 64, kdec rows padded to K4, V_new and S rows of BV), so
+// every inner step is two vector loads for 8 or 16 multiply-adds.
+// Reads: aux (chunk and sequence tables), wsa (Wᵀ, kdec, e^Γ_last), st (initial state, dtype
 // state_dt, layout), wsu (U). Writes: wsu (V_new), wsh (h, [K, V] per chunk), outs (checkpoints
 // and dense or staged final states, f32, in the caller's layout), st (in-place f32 pools).
 //
 // SAFETY (unchecked module): chunk rows c lie in [c_begin, c_end) of the sequence (< chunks);
 // state rows, checkpoint slots and pool rows come from the host-built tables and were validated
-// against the tensors' shapes (indices in 0..P, unique); every access to d, e is guarded by
-// d < K, e < V; workgroup indices: i < 64, dd < 16, d < NR * (256 / BV) <= 4096 / BV, kdec tiles
-// IT * K <= 1024.
+// against the tensors' shapes (indices in 0..P, unique); every tensor access to (d, e) is guarded
+// by d < K, e < V; workgroup indices: s_w < 16 * 16, s_kd < IT * K4 / 4 <= 256 (IT * K4 <= 1024),
+// s_v < 64 * BV / 4 <= 512, s_s < 4 * (256 / (BV / 4)) * BV / 4 = 1024.
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
-override BV: u32 = 32u;   // 16 or 32, with K <= 4096 / BV
+override BV: u32 = 32u;   // 16 (K <= 256) or 32 (K <= 128)
 
 @group(0) @binding(0) var<uniform> prm: Params;
 @group(0) @binding(1) var<storage, read> aux: array<u32>;
-@group(0) @binding(2) var<storage, read> wsa: array<f32>;
+@group(0) @binding(2) var<storage, read> wsa: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> wsu: array<f32>;
 @group(0) @binding(4) var<storage, read_write> wsh: array<f32>;
 @group(0) @binding(5) var<storage, read_write> st: array<u32>;
 @group(0) @binding(6) var<storage, read_write> outs: array<f32>;
 
-var<workgroup> s_s: array<f32, 4096>;   // S slice [rows][BV]
-var<workgroup> s_v: array<f32, 2048>;   // V_new [64][BV]
-var<workgroup> s_t: array<f32, 1088>;   // W tile [64][17] or kdec tile [IT][K] (IT * K <= 1024)
-var<workgroup> s_meta: vec4<u32>;
+var<workgroup> s_s: array<vec4<f32>, 1024>;   // S slice [rows][BV / 4]
+var<workgroup> s_v: array<vec4<f32>, 512>;    // V_new [64][BV / 4]
+var<workgroup> s_t: array<vec4<f32>, 256>;    // Wᵀ tile [16][64 / 4] or kdec tile [IT][K4 / 4]
+var<workgroup> s_mt: vec4<u32>;
 var<workgroup> s_cm: vec2<u32>;
 
 fn load_state(row: u32, hv: u32, d: u32, e: u32) -> f32 {
@@ -56,39 +59,45 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let K = HEAD_K;
     let V = HEAD_V;
+    let K4 = k4(K);
     let z = wid.z / prm.nvt;
     let vt = wid.z % prm.nvt;
     let hv = prm.hv0 + z;
     let HV = prm.vheads;
-    let RS = 256u / BV;
-    let IT = select(8u, 4u, K > 128u);
-    let NR = (K + RS - 1u) / RS;
-    let e = tid % BV;
-    let r0 = tid / BV;
-    let eg = vt * BV + e;
-    let ev = eg < V;
-    let sa_stride = wsa_stride();
+    let BQ = BV / 4u;                      // vec4 columns of the slice
+    let IT = select(8u, 4u, K4 > 128u);    // kdec rows a tile
+    let CW = BV / 16u;                     // W·S columns an invocation
+    // W·S mapping
+    let rg = tid / 16u;
+    let cg = tid % 16u;
+    // S mapping
+    let sr = tid / BQ;
+    let sc = tid % BQ;
+    let e_s = vt * BV + 4u * sc;           // first global column of this invocation's S block
+    let slot_words = ws_slot(K, prm.is_kda);
     if (tid == 0u) {
         let sb = prm.aux_seqs + 8u * n;
-        s_meta = vec4<u32>(aux[sb + 2u], aux[sb + 3u], aux[sb + 4u], aux[sb + 5u]);
+        s_mt = vec4<u32>(aux[sb + 2u], aux[sb + 3u], aux[sb + 4u], aux[sb + 5u]);
     }
-    let mt = workgroupUniformLoad(&s_meta);
+    let mt = workgroupUniformLoad(&s_mt);
     let c_begin = mt.x;
     let c_end = mt.y;
     let init_row = mt.z;
     let final_row = mt.w;
 
-    var sreg: array<f32, 16>;
-    for (var r = 0u; r < 16u; r++) {
-        let d = r0 + r * RS;
-        var x = 0.0;
-        if (r < NR && d < K && ev && prm.state_in == 1u && init_row != NONE) {
-            x = load_state(init_row, hv, d, eg);
+    var sreg: array<vec4<f32>, 4>;
+    for (var a = 0u; a < 4u; a++) {
+        let d = 4u * sr + a;
+        var x = vec4<f32>(0.0);
+        if (d < K && prm.state_in == 1u && init_row != NONE) {
+            for (var b = 0u; b < 4u; b++) {
+                if (e_s + b < V) {
+                    x[b] = load_state(init_row, hv, d, e_s + b);
+                }
+            }
         }
-        sreg[r] = x;
-        if (r < NR) {
-            s_s[d * BV + e] = x;
-        }
+        sreg[a] = x;
+        s_s[d * BQ + sc] = x;
     }
 
     for (var c = c_begin; c < c_end; c++) {
@@ -97,115 +106,119 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         let cm = workgroupUniformLoad(&s_cm);   // also orders the s_s writes above
         let slot = c * prm.hvb + z;
-        let base_w = slot * sa_stride;
-        let base_kd = base_w + 64u * K;
-        let base_gl = base_w + 192u * K + 4096u;
+        let base_w = slot * slot_words;        // multiple of 4
         let base_u = slot * 64u * V;
         let base_h = slot * K * V;
 
         // h[c] = S
-        if (ev) {
-            for (var r = 0u; r < NR; r++) {
-                let d = r0 + r * RS;
-                if (d < K) {
-                    wsh[base_h + d * V + eg] = sreg[r];
-                }
-            }
-        }
-
-        // V_new = U − W·S, rows i = r0 + a * RS
-        var acc: array<f32, 8>;
-        for (var a = 0u; a < 8u; a++) { acc[a] = 0.0; }
-        let NA = 64u / RS;
-        for (var d0 = 0u; d0 < K; d0 += 16u) {
-            for (var q = 0u; q < 4u; q++) {
-                let idx = tid + 256u * q;
-                let i = idx / 16u;
-                let dd = idx % 16u;
-                var w = 0.0;
-                if (d0 + dd < K) {
-                    w = wsa[base_w + i * K + d0 + dd];
-                }
-                s_t[i * 17u + dd] = w;
-            }
-            workgroupBarrier();
-            let dmax = min(16u, K - d0);
-            for (var dd = 0u; dd < dmax; dd++) {
-                let sv = s_s[(d0 + dd) * BV + e];
-                for (var a = 0u; a < NA; a++) {
-                    acc[a] += s_t[(r0 + a * RS) * 17u + dd] * sv;
-                }
-            }
-            workgroupBarrier();
-        }
-        for (var a = 0u; a < NA; a++) {
-            let i = r0 + a * RS;
-            var vn = 0.0;
-            if (ev && i < cm.x) {
-                vn = wsu[base_u + i * V + eg] - acc[a];
-                wsu[base_u + i * V + eg] = vn;
-            }
-            s_v[i * BV + e] = vn;
-        }
-
-        // S ← e^Γ_last ⊙ S + kdecᵀ·V_new, kdec in tiles of IT rows
-        for (var r = 0u; r < NR; r++) {
-            let d = r0 + r * RS;
+        for (var a = 0u; a < 4u; a++) {
+            let d = 4u * sr + a;
             if (d < K) {
-                sreg[r] = sreg[r] * wsa[base_gl + d];
-            }
-        }
-        for (var i0 = 0u; i0 < 64u; i0 += IT) {
-            workgroupBarrier();
-            for (var idx = tid; idx < IT * K; idx += 256u) {
-                s_t[idx] = wsa[base_kd + i0 * K + idx];
-            }
-            workgroupBarrier();
-            for (var ii = 0u; ii < IT; ii++) {
-                let vv = s_v[(i0 + ii) * BV + e];
-                for (var r = 0u; r < NR; r++) {
-                    let d = r0 + r * RS;
-                    if (d < K) {
-                        sreg[r] += s_t[ii * K + d] * vv;
+                for (var b = 0u; b < 4u; b++) {
+                    if (e_s + b < V) {
+                        wsh[base_h + d * V + e_s + b] = sreg[a][b];
                     }
                 }
             }
         }
-        for (var r = 0u; r < NR; r++) {
-            let d = r0 + r * RS;
-            s_s[d * BV + e] = sreg[r];
+
+        // V_new = U − W·S: rows 4 rg + a, columns CW cg + j
+        var acc: array<vec2<f32>, 4>;
+        for (var a = 0u; a < 4u; a++) { acc[a] = vec2<f32>(0.0); }
+        let c0 = CW * cg;
+        for (var d0 = 0u; d0 < K; d0 += 16u) {
+            // Wᵀ rows d0 .. d0 + 15 are 1024 contiguous words (rows >= K are not read below)
+            if (d0 + tid / 16u < K) {
+                s_t[tid] = wsa[(base_w + d0 * 64u) / 4u + tid];
+            }
+            workgroupBarrier();
+            let dmax = min(16u, K - d0);
+            for (var dd = 0u; dd < dmax; dd++) {
+                let w = s_t[dd * 16u + rg];
+                let sv4 = s_s[(d0 + dd) * BQ + c0 / 4u];
+                var sv: vec2<f32>;
+                if (CW == 2u) {
+                    sv = select(sv4.xy, sv4.zw, (c0 & 2u) != 0u);
+                } else {
+                    sv = vec2<f32>(sv4[c0 & 3u], 0.0);
+                }
+                acc[0] += w.x * sv;
+                acc[1] += w.y * sv;
+                acc[2] += w.z * sv;
+                acc[3] += w.w * sv;
+            }
+            workgroupBarrier();
+        }
+        for (var a = 0u; a < 4u; a++) {
+            let i = 4u * rg + a;
+            for (var j = 0u; j < CW; j++) {
+                let el = c0 + j;
+                let eg = vt * BV + el;
+                var vn = 0.0;
+                if (eg < V && i < cm.x) {
+                    vn = wsu[base_u + i * V + eg] - acc[a][j];
+                    wsu[base_u + i * V + eg] = vn;
+                }
+                s_v[i * BQ + el / 4u][el & 3u] = vn;
+            }
+        }
+
+        // S ← e^Γ_last ⊙ S + kdecᵀ·V_new, kdec in tiles of IT rows
+        let gl = wsa[(base_w + ws_gl(K)) / 4u + min(sr, K4 / 4u - 1u)];
+        for (var a = 0u; a < 4u; a++) {
+            sreg[a] = sreg[a] * gl[a];
+        }
+        let KQ = K4 / 4u;
+        for (var i0 = 0u; i0 < 64u; i0 += IT) {
+            workgroupBarrier();
+            if (tid < IT * KQ) {
+                s_t[tid] = wsa[(base_w + ws_kd(K) + i0 * K4) / 4u + tid];
+            }
+            workgroupBarrier();
+            if (sr < KQ) {
+                for (var ii = 0u; ii < IT; ii++) {
+                    let kd = s_t[ii * KQ + sr];
+                    let vv = s_v[(i0 + ii) * BQ + sc];
+                    sreg[0] += kd.x * vv;
+                    sreg[1] += kd.y * vv;
+                    sreg[2] += kd.z * vv;
+                    sreg[3] += kd.w * vv;
+                }
+            }
+        }
+        for (var a = 0u; a < 4u; a++) {
+            s_s[(4u * sr + a) * BQ + sc] = sreg[a];
         }
 
         // checkpoint after this chunk
-        if (prm.ckpt == 1u && cm.y != NONE && ev) {
+        if (prm.ckpt == 1u && cm.y != NONE) {
             let cbase = prm.off_ckpt + (cm.y * HV + hv) * K * V;
-            for (var r = 0u; r < NR; r++) {
-                let d = r0 + r * RS;
-                if (d < K) {
-                    outs[cbase + state_offset(d, eg, K, V, prm.state_layout)] = sreg[r];
+            for (var a = 0u; a < 4u; a++) {
+                let d = 4u * sr + a;
+                for (var b = 0u; b < 4u; b++) {
+                    if (d < K && e_s + b < V) {
+                        outs[cbase + state_offset(d, e_s + b, K, V, prm.state_layout)] = sreg[a][b];
+                    }
                 }
             }
         }
         workgroupBarrier();
     }
 
-    if (final_row != NONE && ev) {
+    if (final_row != NONE) {
         let fbase = (final_row * HV + hv) * K * V;
-        for (var r = 0u; r < NR; r++) {
-            let d = r0 + r * RS;
-            if (d < K) {
-                let o = fbase + state_offset(d, eg, K, V, prm.state_layout);
-                if (prm.final_mode == 1u) {
-                    outs[prm.off_final + o] = sreg[r];
-                } else if (prm.final_mode == 2u) {
-                    st[o] = bitcast<u32>(sreg[r]);
+        for (var a = 0u; a < 4u; a++) {
+            let d = 4u * sr + a;
+            for (var b = 0u; b < 4u; b++) {
+                if (d < K && e_s + b < V) {
+                    let o = fbase + state_offset(d, e_s + b, K, V, prm.state_layout);
+                    if (prm.final_mode == 1u) {
+                        outs[prm.off_final + o] = sreg[a][b];
+                    } else if (prm.final_mode == 2u) {
+                        st[o] = bitcast<u32>(sreg[a][b]);
+                    }
                 }
             }
         }
     }
-}
-
-fn wsa_stride() -> u32 {
-    // gdn: W, kdec, qdec [64, K], P [64, 64], e^Γ_last [K]; kda adds Γ [64, K]
-    return prm.wsa_blocks * 64u * HEAD_K + 4096u + HEAD_K;
 }

@@ -252,11 +252,11 @@ impl Gpu {
             })
     }
 
-    /// An uninitialised storage buffer of at least `bytes` bytes (at least 4).
+    /// An uninitialised storage buffer of at least `bytes` bytes, rounded up to 16 (vec4 views).
     pub fn scratch(&self, label: &str, bytes: u64) -> wgpu::Buffer {
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            size: bytes.max(4).div_ceil(4) * 4,
+            size: bytes.max(16).div_ceil(16) * 16,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         })

@@ -70,7 +70,7 @@ pub struct Params {
     pub every: u32,
     pub grid_n: u32,
     pub nvt: u32,
-    pub wsa_blocks: u32,
+    pub is_kda: u32,
 }
 
 impl Params {
@@ -111,7 +111,7 @@ impl Params {
             self.every,
             self.grid_n,
             self.nvt,
-            self.wsa_blocks,
+            self.is_kda,
         ]
     }
 }
@@ -321,10 +321,7 @@ pub fn base_params(p: &Problem, t: &Tables) -> Params {
         aux_rowmap: t.aux_rowmap,
         group: p.group() as u32,
         every: p.checkpoint_every.unwrap_or(0) as u32,
-        wsa_blocks: match p.op {
-            Op::Gdn => 3,
-            Op::Kda => 4,
-        },
+        is_kda: (p.op == Op::Kda) as u32,
         ..Params::default()
     }
 }

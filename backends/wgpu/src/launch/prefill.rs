@@ -20,13 +20,15 @@ pub fn state_tile(k: usize) -> usize {
     }
 }
 
-/// f32 words of one (chunk, head) slot of the `wsa` workspace.
+/// f32 words of one (chunk, head) slot of the `wsa` workspace (layout in `common.wgsl`):
+/// Wᵀ [K][64], kdec [64][K4], qdec [64][K], P [64][64], e^Γ_last [K4], and for kda Γ [64][K].
 pub fn wsa_slot(op: Op, k: usize) -> usize {
-    let blocks = match op {
-        Op::Gdn => 3,
-        Op::Kda => 4,
-    };
-    blocks * 64 * k + 64 * 64 + k
+    let k4 = k.div_ceil(4) * 4;
+    let gam = 128 * k + 64 * k4 + 4096 + k4;
+    match op {
+        Op::Gdn => gam,
+        Op::Kda => gam + 64 * k,
+    }
 }
 
 struct Batch {
