@@ -82,8 +82,16 @@ impl Module {
     /// The kernels this module defines.
     pub fn entry_points(self) -> &'static [&'static str] {
         match self {
-            Module::GdnPrefill => &["gdn_prefill_fused", "gdn_prefill_intra", "gdn_prefill_state"],
-            Module::KdaPrefill => &["kda_prefill_fused", "kda_prefill_intra", "kda_prefill_state"],
+            Module::GdnPrefill => &[
+                "gdn_prefill_fused",
+                "gdn_prefill_intra",
+                "gdn_prefill_state",
+            ],
+            Module::KdaPrefill => &[
+                "kda_prefill_fused",
+                "kda_prefill_intra",
+                "kda_prefill_state",
+            ],
             Module::GdnDecode => &["gdn_decode_recurrent"],
             Module::KdaDecode => &["kda_decode_recurrent"],
             Module::Varlen => &["varlen_build_tables"],
@@ -218,7 +226,8 @@ pub fn compile_cubin(module: Module, arch: &str, defines: &Defines) -> Result<Ve
             // SAFETY: `prog` is valid; the log is read before it is destroyed.
             let log = unsafe { result::get_program_log(prog) }
                 .map(|l| {
-                    let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+                    let bytes: Vec<u8> =
+                        l.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
                     String::from_utf8_lossy(&bytes).into_owned()
                 })
                 .unwrap_or_else(|e| format!("(no log: {e:?})"));

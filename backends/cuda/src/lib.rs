@@ -129,28 +129,43 @@ impl CudaBackend {
     }
 
     fn bind(&self) -> Result<()> {
-        self.ctx.bind_to_thread().map_err(|e| drv("bind context", e))
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| drv("bind context", e))
     }
 
     /// Whether `kernel` implements `p` (what the selection rows promise), with the reason if not.
     pub fn supports(&self, kernel: Kernel, p: &Problem) -> Result<()> {
         let no = |why: String| Err(Error::unsupported(BackendKind::Cuda, kernel.name(), why));
         match (kernel, p.mode) {
-            (Kernel::Chunked | Kernel::SmallBh, Mode::Prefill) | (Kernel::Recurrent, Mode::Decode) => {}
+            (Kernel::Chunked | Kernel::SmallBh, Mode::Prefill)
+            | (Kernel::Recurrent, Mode::Decode) => {}
             (Kernel::Chunked | Kernel::SmallBh | Kernel::Recurrent, m) => {
-                return no(format!("{} does not run {} problems", kernel.name(), m.name()))
+                return no(format!(
+                    "{} does not run {} problems",
+                    kernel.name(),
+                    m.name()
+                ))
             }
             _ => return no("the CUDA backend has chunked, small-bh and recurrent".into()),
         }
         if !HEAD_DIMS.contains(&p.k) || !HEAD_DIMS.contains(&p.v) {
-            return no(format!("head dims K = {}, V = {} (kernels: {HEAD_DIMS:?})", p.k, p.v));
+            return no(format!(
+                "head dims K = {}, V = {} (kernels: {HEAD_DIMS:?})",
+                p.k, p.v
+            ));
         }
         if p.seqs > 65535 || p.hv > 65535 {
-            return no(format!("N = {}, HV = {} above the grid limit 65535", p.seqs, p.hv));
+            return no(format!(
+                "N = {}, HV = {} above the grid limit 65535",
+                p.seqs, p.hv
+            ));
         }
         if let (Some(e), Mode::Prefill) = (p.checkpoint_every, p.mode) {
             if e % 64 != 0 {
-                return no(format!("checkpoints every {e} tokens: prefill writes multiples of 64"));
+                return no(format!(
+                    "checkpoints every {e} tokens: prefill writes multiples of 64"
+                ));
             }
         }
         if matches!(p.gate, deltarule_core::Gate::LowerBound(lb) if !(-5.0..0.0).contains(&lb)) {
@@ -246,7 +261,10 @@ impl CudaBackend {
             .get(&key(launch::module_for(p.op, kernel)))
             .cloned()
             .ok_or_else(not_warm)?;
-        let varlen = cache.get(&key(Module::Varlen)).cloned().ok_or_else(not_warm)?;
+        let varlen = cache
+            .get(&key(Module::Varlen))
+            .cloned()
+            .ok_or_else(not_warm)?;
         drop(cache);
         let layout = WorkspaceLayout::new(kernel, p, main.sizes[2].max(0) as usize);
         if ws.bytes() < layout.total {
@@ -271,7 +289,15 @@ impl CudaBackend {
         };
         let needs_tables = kernel != Kernel::Recurrent || p.checkpoint_every.is_some();
         if needs_tables {
-            launch_one(&varlen, "varlen_build_tables", (1, 1, 1), 1024, 0, stream, &prm)?;
+            launch_one(
+                &varlen,
+                "varlen_build_tables",
+                (1, 1, 1),
+                1024,
+                0,
+                stream,
+                &prm,
+            )?;
         }
         match kernel {
             Kernel::Chunked => {
@@ -283,9 +309,25 @@ impl CudaBackend {
                 let intra = format!("{prefix}_prefill_intra");
                 let state = format!("{prefix}_prefill_state");
                 let rows = launch::table_rows(p) as u32;
-                launch_one(&main, &intra, (rows, hv, 1), 256, main.sizes[0] as u32, stream, &prm)?;
+                launch_one(
+                    &main,
+                    &intra,
+                    (rows, hv, 1),
+                    256,
+                    main.sizes[0] as u32,
+                    stream,
+                    &prm,
+                )?;
                 let vt = (p.v / 32) as u32;
-                launch_one(&main, &state, (vt, hv, n), 128, main.sizes[1] as u32, stream, &prm)?;
+                launch_one(
+                    &main,
+                    &state,
+                    (vt, hv, n),
+                    128,
+                    main.sizes[1] as u32,
+                    stream,
+                    &prm,
+                )?;
             }
             Kernel::Recurrent => {
                 let name = format!("{prefix}_decode_recurrent");
@@ -329,9 +371,13 @@ impl CudaBackend {
         if n > 0 {
             // SAFETY: `buf` holds at least `n` bytes; a pageable destination returns after the
             // copy completed.
-            unsafe { result::memcpy_dtoh_async(&mut bytes[..], buf.ptr(), self.stream.cu_stream()) }
-                .map_err(|e| drv("download", e))?;
-            self.stream.synchronize().map_err(|e| drv("synchronize", e))?;
+            unsafe {
+                result::memcpy_dtoh_async(&mut bytes[..], buf.ptr(), self.stream.cu_stream())
+            }
+            .map_err(|e| drv("download", e))?;
+            self.stream
+                .synchronize()
+                .map_err(|e| drv("synchronize", e))?;
         }
         HostTensor::from_le_bytes(dtype, shape, &bytes)
     }
@@ -517,11 +563,9 @@ impl Backend for CudaBackend {
             _ => None,
         };
         let checkpoints = match &bufs.checkpoints {
-            Some(b) => Some(self.download(
-                b,
-                p.state_out_dtype,
-                p.state_shape(val.total_checkpoints()),
-            )?),
+            Some(b) => {
+                Some(self.download(b, p.state_out_dtype, p.state_shape(val.total_checkpoints()))?)
+            }
             None => None,
         };
         Ok(Outputs {
@@ -547,10 +591,7 @@ impl Backend for CudaBackend {
             .sum::<usize>()
             + inputs.initial_state.as_ref().map_or(0, |t| t.size_bytes())
             + p.tokens * p.hv * p.v * p.out_dtype.size();
-        let sets = opts
-            .rotate_bytes
-            .div_ceil(in_bytes.max(1))
-            .clamp(1, 64);
+        let sets = opts.rotate_bytes.div_ceil(in_bytes.max(1)).clamp(1, 64);
         let mut all = Vec::with_capacity(sets);
         for _ in 0..sets {
             all.push(self.buffers(p, inputs, val.total_checkpoints())?);
@@ -582,7 +623,8 @@ impl Backend for CudaBackend {
             self.launch(kernel, p, &all[i % sets].ptrs, stream, &mut ws)?;
             host_us.push(t0.elapsed().as_secs_f64() * 1e6);
             // SAFETY: as above.
-            unsafe { result::event::record(events[2 * i + 1], cs) }.map_err(|e| drv("record", e))?;
+            unsafe { result::event::record(events[2 * i + 1], cs) }
+                .map_err(|e| drv("record", e))?;
         }
         self.sync()?;
         let mut device_ms = Vec::with_capacity(iters);

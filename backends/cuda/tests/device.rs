@@ -48,10 +48,19 @@ fn sanitizer_subset() {
         return;
     }
     let pick = |n: &str| {
-        ["varlen-zero-len", "pool-bf16", "pool-f32", "checkpoints-every64", "decode-T3",
-         "softplus-logit-l2norm", "inputs-f16", "dims-K128-V128", "state-vk-f16"]
-            .iter()
-            .any(|s| n.contains(s))
+        [
+            "varlen-zero-len",
+            "pool-bf16",
+            "pool-f32",
+            "checkpoints-every64",
+            "decode-T3",
+            "softplus-logit-l2norm",
+            "inputs-f16",
+            "dims-K128-V128",
+            "state-vk-f16",
+        ]
+        .iter()
+        .any(|s| n.contains(s))
     };
     for name in ["cuda:chunked", "cuda:small-bh", "cuda:recurrent"] {
         suite::generated(name, pick).finish("sanitizer subset", name);

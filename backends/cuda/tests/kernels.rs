@@ -95,7 +95,9 @@ fn nvrtc_compiles_every_module_to_cubin() {
         return;
     }
     let list = builds();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
     let chunks: Vec<Vec<(Module, &'static str, Defines)>> = (0..threads)
         .map(|t| list.iter().skip(t).step_by(threads).cloned().collect())
         .collect();
@@ -106,8 +108,19 @@ fn nvrtc_compiles_every_module_to_cubin() {
                 s.spawn(move || {
                     c.into_iter()
                         .map(|(m, arch, d)| {
-                            let label = format!("{} {arch} K{} V{} f16={}", m.name(), d.head_k, d.head_v, d.mma_f16);
-                            (label, kernels::compile_cubin(m, arch, &d).map(|b| b.len()).map_err(|e| e.to_string()))
+                            let label = format!(
+                                "{} {arch} K{} V{} f16={}",
+                                m.name(),
+                                d.head_k,
+                                d.head_v,
+                                d.mma_f16
+                            );
+                            (
+                                label,
+                                kernels::compile_cubin(m, arch, &d)
+                                    .map(|b| b.len())
+                                    .map_err(|e| e.to_string()),
+                            )
                         })
                         .collect::<Vec<_>>()
                 })
@@ -145,15 +158,53 @@ fn precompile_cache_for_hopper() {
         return;
     };
     let dir = PathBuf::from(dir);
-    let dims = [(64, 64), (32, 32), (128, 128), (64, 32), (128, 64), (32, 64)];
-    let mut jobs = vec![(Module::Varlen, Defines { head_k: 0, head_v: 0, mma_f16: false })];
+    let dims = [
+        (64, 64),
+        (32, 32),
+        (128, 128),
+        (64, 32),
+        (128, 64),
+        (32, 64),
+    ];
+    let mut jobs = vec![(
+        Module::Varlen,
+        Defines {
+            head_k: 0,
+            head_v: 0,
+            mma_f16: false,
+        },
+    )];
     for (k, v) in dims {
-        for m in [Module::GdnPrefill, Module::KdaPrefill, Module::GdnDecode, Module::KdaDecode] {
-            jobs.push((m, Defines { head_k: k, head_v: v, mma_f16: false }));
+        for m in [
+            Module::GdnPrefill,
+            Module::KdaPrefill,
+            Module::GdnDecode,
+            Module::KdaDecode,
+        ] {
+            jobs.push((
+                m,
+                Defines {
+                    head_k: k,
+                    head_v: v,
+                    mma_f16: false,
+                },
+            ));
         }
     }
-    for m in [Module::GdnPrefill, Module::KdaPrefill, Module::GdnDecode, Module::KdaDecode] {
-        jobs.push((m, Defines { head_k: 64, head_v: 64, mma_f16: true }));
+    for m in [
+        Module::GdnPrefill,
+        Module::KdaPrefill,
+        Module::GdnDecode,
+        Module::KdaDecode,
+    ] {
+        jobs.push((
+            m,
+            Defines {
+                head_k: 64,
+                head_v: 64,
+                mma_f16: true,
+            },
+        ));
     }
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bench/h200_cuda.sh: the CUDA backend on the H200 in one call (device tool `run`):
+#   1. environment (GPU, driver, libcuda/libnvrtc),
+#   2. correctness: the CUDA test binaries with DELTARULE_REQUIRE_CUDA=1 and `deltarule diff` on the
+#      golden files,
+#   3. compute-sanitizer memcheck on a representative subset,
+#   4. timings: `deltarule bench` on the anchor shapes (cuda:chunked, cuda:small-bh, auto), then
+#      flash-linear-attention 0.6.0 on the same shapes, and a table of both.
+# Binaries are built on the development machine and carried in .dev/ (no cargo on the GPU machine):
+#   .dev/bin/deltarule, .dev/bin/cuda_device (backends/cuda/tests/device.rs),
+#   .dev/bin/conformance (tests/tests/conformance.rs), .dev/cubin (CUBIN cache), .whl (fla wheel).
+# Usage: bash bench/h200_cuda.sh [all|test|sanitize|bench] ; logs under $OUT (or /tmp/out).
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+what=${1:-all}
+BIN=.dev/bin
+export DELTARULE_CUDA_CACHE=$PWD/.dev/cubin-run
+mkdir -p "$DELTARULE_CUDA_CACHE" && cp -n .dev/cubin/*.cubin "$DELTARULE_CUDA_CACHE"/ 2>/dev/null
+if ! ldconfig -p | grep -q libnvrtc.so; then
+  NV=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], "lib"))' 2>/dev/null \
+       || python3 -c 'import nvidia.cuda_nvrtc, os; print(os.path.join(list(nvidia.cuda_nvrtc.__path__)[0], "lib"))' 2>/dev/null)
+  export LD_LIBRARY_PATH=${NV:-}:${LD_LIBRARY_PATH:-}
+fi
+echo "== env"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+ldconfig -p | grep -E 'libcuda.so|libnvrtc' | head -4; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+export DELTARULE_REQUIRE_CUDA=1
+status=0
+if [[ $what == all || $what == test ]]; then
+  echo "== tests"
+  $BIN/cuda_device --test-threads=1 --nocapture > "$OUT/cuda_device.log" 2>&1; rc=$?
+  grep -E "ran,|test result|FAILED|panicked" "$OUT/cuda_device.log" | head -30; echo "cuda_device rc=$rc"; [[ $rc == 0 ]] || status=1
+  $BIN/conformance --test-threads=1 --nocapture cuda:: > "$OUT/conformance.log" 2>&1; rc=$?
+  grep -E "ran,|test result|FAILED|panicked" "$OUT/conformance.log" | head -20; echo "conformance cuda:: rc=$rc"; [[ $rc == 0 ]] || status=1
+  for b in cuda cuda:chunked cuda:small-bh; do
+    $BIN/deltarule diff --case tests/golden/shared/*.safetensors --backend $b > "$OUT/diff_${b/:/_}.log" 2>&1; rc=$?
+    echo "diff --backend $b rc=$rc"; [[ $rc == 0 ]] || status=1
+  done
+fi
+if [[ $what == all || $what == sanitize ]]; then
+  echo "== compute-sanitizer memcheck (representative subset)"
+  compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_device --test-threads=1 sanitizer_subset > "$OUT/memcheck.log" 2>&1; rc=$?
+  grep -E "ERROR SUMMARY|test result" "$OUT/memcheck.log" | tail -3; echo "memcheck rc=$rc"; [[ $rc == 0 ]] || status=1
+fi
+if [[ $what == all || $what == bench ]]; then
+  echo "== bench"
+  $BIN/deltarule bench --shape anchors --backend cuda:chunked cuda:small-bh cuda --json > "$OUT/ours.jsonl" 2> "$OUT/ours.err"
+  tail -3 "$OUT/ours.err"
+  if [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    PYTHONUNBUFFERED=1 python3 bench/fla_bench.py ${FLA_ARGS:-} > "$OUT/fla.jsonl" 2> "$OUT/fla.err"; tail -2 "$OUT/fla.err"
+  fi
+  python3 - "$OUT/ours.jsonl" "$OUT/fla.jsonl" <<'PY'
+import json, sys
+ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+try: fla = {j["shape"]: j for j in (json.loads(l) for l in open(sys.argv[2]) if l.startswith("{"))}
+except FileNotFoundError: fla = {}
+print(f"{'shape':<24} {'backend':<14} {'rule':<28} {'ours ms':>8} {'fla ms':>8} {'fla/ours':>8} {'host us':>8} {'x floor':>7}")
+for o in ours:
+    f = fla.get(o["shape"], {}).get("fla_ms")
+    r = f"{f / o['gpu_ms_median']:.2f}" if f else "-"
+    fs = f"{f:.4f}" if f else "-"
+    print(f"{o['shape']:<24} {o['backend']:<14} {o['rule']:<28} {o['gpu_ms_median']:>8.4f} {fs:>8} {r:>8} {o['host_us_median']:>8.1f} {o['x_floor']:>7.1f}")
+PY
+fi
+exit $status
