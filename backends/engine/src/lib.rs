@@ -10,54 +10,85 @@ use deltarule_core::{
     Result,
 };
 use deltarule_cpu::CpuBackend;
+use std::sync::Arc;
+
+#[cfg(feature = "cuda")]
+pub use deltarule_cuda::{CudaBackend, DevicePtrs, Workspace};
 
 /// Which backends to probe when the engine starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EngineOptions {
     pub backends: Vec<BackendKind>,
+    /// The CUDA device ordinal.
+    pub cuda_ordinal: usize,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             backends: BackendKind::ALL.to_vec(),
+            cuda_ordinal: 0,
         }
     }
 }
 
 /// The engine: the backends present and the reasons for those absent.
 pub struct Engine {
-    backends: Vec<Box<dyn Backend>>,
+    backends: Vec<Arc<dyn Backend>>,
     devices: Vec<DeviceState>,
+    #[cfg(feature = "cuda")]
+    cuda: Option<Arc<CudaBackend>>,
 }
 
 impl Engine {
     /// Probes the backends named in `opts` (the CPU is always present).
     pub fn new(opts: &EngineOptions) -> Engine {
-        let mut backends: Vec<Box<dyn Backend>> = vec![Box::new(CpuBackend::new())];
-        let mut devices = vec![DeviceState::Available(backends[0].caps().clone())];
+        let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+        let mut devices = vec![DeviceState::Available(cpu.caps().clone())];
+        let mut backends = vec![cpu];
+        #[cfg(feature = "cuda")]
+        let mut cuda = None;
         for &kind in &opts.backends {
-            match kind {
-                BackendKind::Cpu => {}
-                BackendKind::Wgpu | BackendKind::Cuda => match probe(kind) {
-                    Ok(b) => {
-                        devices.push(DeviceState::Available(b.caps().clone()));
-                        backends.push(b);
-                    }
-                    Err(reason) => devices.push(DeviceState::Unavailable {
-                        backend: kind,
-                        reason,
-                    }),
-                },
+            let probed: std::result::Result<Arc<dyn Backend>, String> = match kind {
+                BackendKind::Cpu => continue,
+                BackendKind::Wgpu => probe_wgpu(),
+                #[cfg(feature = "cuda")]
+                BackendKind::Cuda => deltarule_cuda::CudaBackend::new(opts.cuda_ordinal)
+                    .map(|b| {
+                        let b = Arc::new(b);
+                        cuda = Some(b.clone());
+                        b as Arc<dyn Backend>
+                    })
+                    .map_err(reason),
+                #[cfg(not(feature = "cuda"))]
+                BackendKind::Cuda => {
+                    Err("this build has no CUDA backend (feature `cuda` off)".into())
+                }
+            };
+            match probed {
+                Ok(b) => {
+                    devices.push(DeviceState::Available(b.caps().clone()));
+                    backends.push(b);
+                }
+                Err(reason) => devices.push(DeviceState::Unavailable {
+                    backend: kind,
+                    reason,
+                }),
             }
         }
-        Engine { backends, devices }
+        Engine {
+            backends,
+            devices,
+            #[cfg(feature = "cuda")]
+            cuda,
+        }
     }
 
     /// An engine with the CPU backend only (other backends are reported as not probed).
     pub fn cpu_only() -> Engine {
         Engine::new(&EngineOptions {
             backends: vec![BackendKind::Cpu],
+            ..EngineOptions::default()
         })
     }
 
@@ -70,7 +101,7 @@ impl Engine {
         self.backends
             .iter()
             .find(|b| b.kind() == kind)
-            .map(|b| b.as_ref())
+            .map(|b| b.as_ref() as &dyn Backend)
     }
 
     /// The selection for `p` (pure; nothing runs).
@@ -101,6 +132,49 @@ impl Engine {
         Ok((backend.bench(rule.kernel, p, inputs, opts)?, rule))
     }
 
+    /// Enqueues a call on device-resident tensors (raw CUDA device pointers and a caller's
+    /// stream, e.g. PyTorch's): selects among the CUDA rows (`auto` means the best CUDA row,
+    /// since the pointers are CUDA memory), reserves the workspace (compiles and loads the kernels
+    /// and grows `ws` only when needed: warm up eagerly before CUDA-graph capture), and launches
+    /// without reading device memory or synchronising. `cu_seqlens` and `state_indices` are not
+    /// validated here: the caller validates them (the Python package does, with the versioned
+    /// cache of SPEC.md section 7).
+    #[cfg(feature = "cuda")]
+    pub fn launch_device(
+        &self,
+        p: &Problem,
+        pref: Preference,
+        ptrs: &DevicePtrs,
+        stream: u64,
+        ws: &mut Workspace,
+    ) -> Result<&'static Rule> {
+        p.validate()?;
+        let pref = match pref {
+            Preference::Auto => Preference::Backend(BackendKind::Cuda),
+            other => other,
+        };
+        let rule = self.select(p, pref, None).rule()?;
+        let cuda = match (&self.cuda, rule.backend) {
+            (Some(c), BackendKind::Cuda) => c,
+            (_, b) => {
+                return Err(deltarule_core::Error::invalid(
+                    "backend",
+                    "a CUDA row (the tensors are CUDA device memory)",
+                    format!("{} ({b})", rule.id),
+                ))
+            }
+        };
+        cuda.reserve(ws, rule.kernel, p)?;
+        cuda.launch(rule.kernel, p, ptrs, stream, ws)?;
+        Ok(rule)
+    }
+
+    /// The CUDA backend, when present.
+    #[cfg(feature = "cuda")]
+    pub fn cuda(&self) -> Option<&CudaBackend> {
+        self.cuda.as_deref()
+    }
+
     fn resolve(
         &self,
         p: &Problem,
@@ -120,38 +194,17 @@ impl Engine {
     }
 }
 
-/// Constructs a backend, or returns why it is unavailable (the constructors never panic).
-fn probe(kind: BackendKind) -> std::result::Result<Box<dyn Backend>, String> {
-    match kind {
-        BackendKind::Cpu => Ok(Box::new(CpuBackend::new())),
-        BackendKind::Wgpu => probe_wgpu(),
-        BackendKind::Cuda => probe_cuda(),
-    }
-}
-
 #[cfg(feature = "wgpu")]
-fn probe_wgpu() -> std::result::Result<Box<dyn Backend>, String> {
+fn probe_wgpu() -> std::result::Result<Arc<dyn Backend>, String> {
     let choice = deltarule_wgpu::AdapterChoice::from_env();
     deltarule_wgpu::WgpuBackend::new(choice)
-        .map(|b| Box::new(b) as Box<dyn Backend>)
+        .map(|b| Arc::new(b) as Arc<dyn Backend>)
         .map_err(reason)
 }
 
 #[cfg(not(feature = "wgpu"))]
-fn probe_wgpu() -> std::result::Result<Box<dyn Backend>, String> {
+fn probe_wgpu() -> std::result::Result<Arc<dyn Backend>, String> {
     Err("this build has no wgpu backend (feature `wgpu` off)".into())
-}
-
-#[cfg(feature = "cuda")]
-fn probe_cuda() -> std::result::Result<Box<dyn Backend>, String> {
-    deltarule_cuda::CudaBackend::new(0)
-        .map(|b| Box::new(b) as Box<dyn Backend>)
-        .map_err(reason)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn probe_cuda() -> std::result::Result<Box<dyn Backend>, String> {
-    Err("this build has no CUDA backend (feature `cuda` off)".into())
 }
 
 #[allow(dead_code)]

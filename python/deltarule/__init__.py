@@ -1,0 +1,31 @@
+"""deltarule: gated delta-rule attention (Gated DeltaNet, Kimi Delta Attention) for PyTorch.
+
+The ops ``torch.ops.deltarule.{gdn,kda}_{prefill,decode}`` are registered when torch is
+importable (the package itself does not depend on torch or link libtorch). See ``deltarule.ops``
+for the op signature and ``deltarule.api`` for the friendly wrappers re-exported here.
+"""
+
+from . import _spec
+from ._spec import Spec, build_spec
+
+__all__ = ["Spec", "build_spec", "torch_available"]
+
+try:  # the ops and wrappers need torch; validation does not
+    import torch  # noqa: F401
+
+    torch_available = True
+except ImportError:  # pragma: no cover - exercised on the CI machine
+    torch_available = False
+
+if torch_available:
+    from . import ops  # noqa: F401  (registers torch.ops.deltarule.*)
+    from .api import (  # noqa: F401
+        backends,
+        gdn_decode,
+        gdn_prefill,
+        kda_decode,
+        kda_prefill,
+        reference,
+    )
+
+    __all__ += ["gdn_prefill", "kda_prefill", "gdn_decode", "kda_decode", "reference", "backends"]

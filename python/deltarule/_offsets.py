@@ -1,0 +1,92 @@
+"""Validation of device-resident offsets and indices with the versioned cache of SPEC.md section 7.
+
+Reading ``cu_seqlens`` or ``state_indices`` on the host costs a device-to-host copy and a stream
+synchronisation, so each distinct tensor is validated once and the result cached under
+(data pointer, length, ``tensor._version``). A tensor created under ``torch.inference_mode()`` has
+no version counter (reading ``_version`` raises): such a tensor is revalidated against its contents
+on every eager call, so an in-place refill is never missed. Under CUDA-graph capture nothing is read
+(the kernels build their chunk tables on the device from the current contents at replay).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable, List, Optional, Tuple
+
+from . import _spec
+
+_CAPACITY = 64
+_cache: "OrderedDict[Tuple[Any, ...], Tuple[int, List[int]]]" = OrderedDict()
+stats = {"hits": 0, "reads": 0}
+
+
+def _version(t: Any) -> Optional[int]:
+    try:
+        return int(t._version)
+    except (RuntimeError, AttributeError):
+        return None  # an inference tensor: no version counter
+
+
+def capturing() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:  # pragma: no cover - torch absent or no CUDA
+        return False
+
+
+def checked_contents(
+    kind: str, t: Any, check: Callable[[List[int]], None], extra: Tuple[Any, ...] = ()
+) -> Optional[List[int]]:
+    """Returns the validated contents of ``t`` (None under graph capture)."""
+    if capturing():
+        return None
+    key = (kind, int(t.data_ptr()), int(t.numel()), str(t.device)) + extra
+    version = _version(t)
+    if version is not None:
+        hit = _cache.get(key)
+        if hit is not None and hit[0] == version:
+            _cache.move_to_end(key)
+            stats["hits"] += 1
+            return hit[1]
+    contents = [int(x) for x in t.tolist()]
+    stats["reads"] += 1
+    check(contents)
+    if version is not None:
+        _cache[key] = (version, contents)
+        _cache.move_to_end(key)
+        while len(_cache) > _CAPACITY:
+            _cache.popitem(last=False)
+    return contents
+
+
+def validate(spec: "_spec.Spec", cu_seqlens: Any, state_indices: Any, checkpoints: Any) -> None:
+    """Validates offsets (and indices and the checkpoint buffer size) for one call."""
+    cu = checked_contents(
+        "cu", cu_seqlens, lambda c: _spec.validate_cu_seqlens(c, spec.T), (spec.T,)
+    )
+    if state_indices is not None:
+        checked_contents(
+            "idx",
+            state_indices,
+            lambda i: _spec.validate_state_indices(i, spec.pool_rows),
+            (spec.pool_rows,),
+        )
+    if checkpoints is not None:
+        rows = int(checkpoints.shape[0])
+        # the exact count when the offsets were read, else the bound floor(T / every)
+        need = (
+            _spec.checkpoint_count(cu, spec.checkpoint_every)
+            if cu is not None
+            else spec.T // spec.checkpoint_every
+        )
+        if rows < need:
+            raise ValueError(
+                f"invalid argument `checkpoints`: expected at least {need} rows "
+                f"(floor(len/{spec.checkpoint_every}) per sequence), got {rows}"
+            )
+
+
+def clear() -> None:
+    _cache.clear()

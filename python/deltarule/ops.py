@@ -1,0 +1,106 @@
+"""The ``torch.library`` custom ops (namespace ``deltarule``), in the style vLLM uses for its own
+linear-attention ops: outputs are preallocated by the caller and declared in ``mutates_args``, the
+fake (meta) implementations validate and return nothing so ``torch.compile`` traces the calls, and
+the real implementation launches on ``torch.cuda.current_stream()`` without synchronising (apart
+from the one-time validation of a new offsets tensor, see ``_offsets``).
+
+Signature of all four ops (``gdn_prefill``, ``kda_prefill``, ``gdn_decode``, ``kda_decode``)::
+
+    (q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool, state_indices,
+     checkpoints, A_log, dt_bias, scale, use_qk_l2norm, gate, lower_bound, beta_mode,
+     state_layout, checkpoint_every, backend) -> None
+
+Dense states: ``initial_state`` (read) and/or ``final_state`` (written), ``[N, HV, S0, S1]``.
+Pooled states: ``state_pool`` ``[P, HV, S0, S1]`` read and written in place at the rows named by
+``state_indices`` (-1: start from zeros and write nothing); rows not named are not touched and the
+pool is never copied. ``(S0, S1)`` is ``(K, V)`` for ``state_layout="kv"`` and ``(V, K)`` for
+``"vk"`` (vLLM's, FlashInfer's and SGLang's layout, the default).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _native, _offsets, _spec
+
+MUTATES = ("o", "final_state", "state_pool", "checkpoints")
+
+
+def _ptr(t: Optional[Tensor]) -> int:
+    return 0 if t is None else int(t.data_ptr())
+
+
+def _make(name: str, op: str, mode: str):
+    qualname = f"deltarule::{name}"
+
+    @torch.library.custom_op(qualname, mutates_args=MUTATES)
+    def impl(
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        g: Tensor,
+        beta: Tensor,
+        cu_seqlens: Tensor,
+        o: Tensor,
+        initial_state: Optional[Tensor],
+        final_state: Optional[Tensor],
+        state_pool: Optional[Tensor],
+        state_indices: Optional[Tensor],
+        checkpoints: Optional[Tensor],
+        A_log: Optional[Tensor],
+        dt_bias: Optional[Tensor],
+        scale: float,
+        use_qk_l2norm: bool,
+        gate: str,
+        lower_bound: float,
+        beta_mode: str,
+        state_layout: str,
+        checkpoint_every: int,
+        backend: str,
+    ) -> None:
+        spec = _spec.build_spec(
+            op, mode, q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool,
+            state_indices, checkpoints, A_log, dt_bias, scale, use_qk_l2norm, gate, lower_bound,
+            beta_mode, state_layout, checkpoint_every,
+        )
+        if q.device.type != "cuda":
+            raise ValueError(
+                f"invalid argument `q`: expected CUDA tensors (the deltarule ops run on the CUDA "
+                f"backend; use deltarule.reference for host tensors), got {q.device}"
+            )
+        if spec.T == 0:
+            return
+        _offsets.validate(spec, cu_seqlens, state_indices, checkpoints)
+        state_in = state_pool if state_pool is not None else initial_state
+        state_out = state_pool if state_pool is not None else final_state
+        ptrs = [
+            _ptr(q), _ptr(k), _ptr(v), _ptr(g), _ptr(beta), _ptr(cu_seqlens), _ptr(A_log),
+            _ptr(dt_bias), _ptr(state_in), _ptr(state_indices), _ptr(o), _ptr(state_out),
+            _ptr(checkpoints),
+        ]
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        _native.launch(op, mode, backend, *spec.native(), ptrs, stream, q.device.index or 0)
+
+    @impl.register_fake
+    def fake(
+        q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool, state_indices,
+        checkpoints, A_log, dt_bias, scale, use_qk_l2norm, gate, lower_bound, beta_mode,
+        state_layout, checkpoint_every, backend,
+    ) -> None:
+        _spec.build_spec(
+            op, mode, q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool,
+            state_indices, checkpoints, A_log, dt_bias, scale, use_qk_l2norm, gate, lower_bound,
+            beta_mode, state_layout, checkpoint_every,
+        )
+        return None
+
+    return impl
+
+
+gdn_prefill = _make("gdn_prefill", "gdn", "prefill")
+kda_prefill = _make("kda_prefill", "kda", "prefill")
+gdn_decode = _make("gdn_decode", "gdn", "decode")
+kda_decode = _make("kda_decode", "kda", "decode")

@@ -1,0 +1,410 @@
+//! `deltarule._native`: the PyO3 (abi3) extension behind the `deltarule` Python package.
+//!
+//! It receives raw device pointers, shapes, dtypes, options, the device ordinal and the caller's
+//! CUDA stream (`torch.cuda.current_stream().cuda_stream`), builds a `deltarule_core::Problem`,
+//! and launches through the engine facade on that stream without synchronising. It links neither
+//! libtorch nor any torch version. Host-side references (`run_host`) take bytes.
+
+use deltarule_core::problem::{BetaMode, FinalState, Gate, InitialState, Mode, Op, StateLayout};
+use deltarule_core::select::Preference;
+use deltarule_core::{BackendKind, DType, Error, HostTensor, Inputs, Kernel, Problem};
+use deltarule_engine::{DevicePtrs, Engine, EngineOptions, Workspace};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock};
+
+fn to_py(e: Error) -> PyErr {
+    match &e {
+        Error::InvalidArgument { .. } | Error::NoEligibleRule { .. } | Error::Input { .. } => {
+            PyValueError::new_err(e.to_string())
+        }
+        Error::Unsupported { .. } => PyValueError::new_err(e.to_string()),
+        _ => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+/// Names of the dtypes of q/k/v, g, beta, o, initial state, final state, cu_seqlens and
+/// state_indices.
+type Dtypes = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+);
+
+fn dtype(field: &str, s: &str) -> PyResult<DType> {
+    DType::parse(s).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "`{field}`: expected dtype bf16, f16, f32, i32 or i64, got {s}"
+        ))
+    })
+}
+
+fn bad(field: &str, expected: &str, got: &str) -> PyErr {
+    PyValueError::new_err(format!(
+        "invalid argument `{field}`: expected {expected}, got {got}"
+    ))
+}
+
+/// Builds the problem from the flat description the Python layer passes.
+#[allow(clippy::too_many_arguments)]
+fn problem(
+    op: &str,
+    mode: &str,
+    dims: (usize, usize, usize, usize, usize, usize, usize),
+    dtypes: Dtypes,
+    scale: f64,
+    l2norm: bool,
+    gate: &str,
+    lower_bound: f64,
+    has_a_log: bool,
+    beta_mode: &str,
+    layout: &str,
+    initial: &str,
+    final_state: &str,
+    checkpoint_every: usize,
+) -> PyResult<Problem> {
+    let op = Op::parse(op).ok_or_else(|| bad("op", "gdn or kda", op))?;
+    let mode = Mode::parse(mode).ok_or_else(|| bad("mode", "prefill or decode", mode))?;
+    let (t, n, h, hv, k, v, pool_rows) = dims;
+    let mut p = Problem::new(op, mode, n, t, h, hv, k, v);
+    if scale > 0.0 {
+        p.scale = scale;
+    }
+    p.l2norm = l2norm;
+    p.gate = match gate {
+        "log" => Gate::Log,
+        "softplus" => Gate::Softplus,
+        "lower_bound" => Gate::LowerBound(lower_bound),
+        other => return Err(bad("gate", "log, softplus or lower_bound", other)),
+    };
+    p.a_log = has_a_log;
+    p.beta = match beta_mode {
+        "prob" => BetaMode::Prob,
+        "logit" | "sigmoid" => BetaMode::Logit,
+        "logit2" | "sigmoid2" => BetaMode::Logit2,
+        other => return Err(bad("beta_mode", "prob, logit or logit2", other)),
+    };
+    p.layout = StateLayout::parse(layout).ok_or_else(|| bad("state_layout", "kv or vk", layout))?;
+    p.qkv_dtype = dtype("q", &dtypes.0)?;
+    p.g_dtype = dtype("g", &dtypes.1)?;
+    p.beta_dtype = dtype("beta", &dtypes.2)?;
+    p.out_dtype = dtype("o", &dtypes.3)?;
+    p.state_in_dtype = dtype("initial_state", &dtypes.4)?;
+    p.state_out_dtype = dtype("final_state", &dtypes.5)?;
+    p.offsets_dtype = dtype("cu_seqlens", &dtypes.6)?;
+    p.index_dtype = dtype("state_indices", &dtypes.7)?;
+    p.initial = match initial {
+        "none" => InitialState::None,
+        "dense" => InitialState::Dense,
+        "pool" => InitialState::Pool { rows: pool_rows },
+        other => return Err(bad("initial_state", "none, dense or pool", other)),
+    };
+    p.final_state = match final_state {
+        "none" => FinalState::None,
+        "dense" => FinalState::Dense,
+        "inplace" => FinalState::InPlace,
+        other => return Err(bad("final_state", "none, dense or inplace", other)),
+    };
+    p.checkpoint_every = (checkpoint_every > 0).then_some(checkpoint_every);
+    p.validate().map_err(to_py)?;
+    Ok(p)
+}
+
+fn engines() -> &'static Mutex<HashMap<usize, Arc<Engine>>> {
+    static E: OnceLock<Mutex<HashMap<usize, Arc<Engine>>>> = OnceLock::new();
+    E.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn engine(device: usize) -> PyResult<Arc<Engine>> {
+    let mut map = engines()
+        .lock()
+        .map_err(|_| PyRuntimeError::new_err("engine registry lock poisoned"))?;
+    if let Some(e) = map.get(&device) {
+        return Ok(e.clone());
+    }
+    let e = Arc::new(Engine::new(&EngineOptions {
+        backends: vec![BackendKind::Cuda],
+        cuda_ordinal: device,
+    }));
+    map.insert(device, e.clone());
+    Ok(e)
+}
+
+type WsKey = (usize, u64, u64);
+
+fn workspaces() -> &'static Mutex<HashMap<WsKey, Workspace>> {
+    static W: OnceLock<Mutex<HashMap<WsKey, Workspace>>> = OnceLock::new();
+    W.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// A hash of everything that sizes the workspace. One workspace per (device, stream, problem
+/// signature), never freed or moved, so a captured CUDA graph keeps valid pointers.
+fn signature(p: &Problem, backend: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (p.op, p.mode, p.seqs, p.tokens, p.h, p.hv, p.k, p.v).hash(&mut h);
+    (p.initial, p.final_state, p.checkpoint_every, p.layout).hash(&mut h);
+    backend.hash(&mut h);
+    h.finish()
+}
+
+/// Launches one op on device tensors. Returns the id of the rule that ran.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (op, mode, backend, dims, dtypes, scale, l2norm, gate, lower_bound, has_a_log, beta_mode, layout, initial, final_state, checkpoint_every, ptrs, stream, device))]
+fn launch(
+    py: Python<'_>,
+    op: &str,
+    mode: &str,
+    backend: &str,
+    dims: (usize, usize, usize, usize, usize, usize, usize),
+    dtypes: Dtypes,
+    scale: f64,
+    l2norm: bool,
+    gate: &str,
+    lower_bound: f64,
+    has_a_log: bool,
+    beta_mode: &str,
+    layout: &str,
+    initial: &str,
+    final_state: &str,
+    checkpoint_every: usize,
+    ptrs: [u64; 13],
+    stream: u64,
+    device: usize,
+) -> PyResult<&'static str> {
+    let p = problem(
+        op,
+        mode,
+        dims,
+        dtypes,
+        scale,
+        l2norm,
+        gate,
+        lower_bound,
+        has_a_log,
+        beta_mode,
+        layout,
+        initial,
+        final_state,
+        checkpoint_every,
+    )?;
+    let pref = Preference::parse(backend).map_err(to_py)?;
+    let e = engine(device)?;
+    let t = DevicePtrs {
+        q: ptrs[0],
+        k: ptrs[1],
+        v: ptrs[2],
+        g: ptrs[3],
+        beta: ptrs[4],
+        cu_seqlens: ptrs[5],
+        a_log: ptrs[6],
+        dt_bias: ptrs[7],
+        state_in: ptrs[8],
+        state_indices: ptrs[9],
+        o: ptrs[10],
+        state_out: ptrs[11],
+        checkpoints: ptrs[12],
+    };
+    let key = (device, stream, signature(&p, backend));
+    // the launch only enqueues work; release the GIL around it
+    py.detach(|| {
+        let mut map = workspaces()
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("workspace registry lock poisoned"))?;
+        let ws = map.entry(key).or_default();
+        e.launch_device(&p, pref, &t, stream, ws)
+            .map(|r| r.id)
+            .map_err(to_py)
+    })
+}
+
+/// The rule `auto` (or `backend`) would choose for a problem, and the whole trace.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (op, mode, backend, dims, dtypes, scale, l2norm, gate, lower_bound, has_a_log, beta_mode, layout, initial, final_state, checkpoint_every, device=0))]
+fn select(
+    op: &str,
+    mode: &str,
+    backend: &str,
+    dims: (usize, usize, usize, usize, usize, usize, usize),
+    dtypes: Dtypes,
+    scale: f64,
+    l2norm: bool,
+    gate: &str,
+    lower_bound: f64,
+    has_a_log: bool,
+    beta_mode: &str,
+    layout: &str,
+    initial: &str,
+    final_state: &str,
+    checkpoint_every: usize,
+    device: usize,
+) -> PyResult<(Option<&'static str>, Vec<String>)> {
+    let p = problem(
+        op,
+        mode,
+        dims,
+        dtypes,
+        scale,
+        l2norm,
+        gate,
+        lower_bound,
+        has_a_log,
+        beta_mode,
+        layout,
+        initial,
+        final_state,
+        checkpoint_every,
+    )?;
+    let pref = Preference::parse(backend).map_err(to_py)?;
+    let sel = engine(device)?.select(&p, pref, None);
+    Ok((sel.chosen.map(|r| r.id), sel.explain()))
+}
+
+fn host_tensor(name: &str, item: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
+    let (bytes, dt, shape): (Vec<u8>, String, Vec<usize>) = item
+        .extract()
+        .map_err(|_| PyTypeError::new_err(format!("`{name}`: expected (bytes, dtype, shape)")))?;
+    HostTensor::from_le_bytes(dtype(name, &dt)?, shape, &bytes).map_err(to_py)
+}
+
+/// Runs a problem on host tensors with a named backend (`cpu` = the float64 reference,
+/// `cpu:chunked`, `cuda`, ...) and returns the outputs as `{name: (bytes, dtype, shape)}`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (backend, op, mode, dims, dtypes, scale, l2norm, gate, lower_bound, has_a_log, beta_mode, layout, initial, final_state, checkpoint_every, tensors))]
+fn run_host<'py>(
+    py: Python<'py>,
+    backend: &str,
+    op: &str,
+    mode: &str,
+    dims: (usize, usize, usize, usize, usize, usize, usize),
+    dtypes: Dtypes,
+    scale: f64,
+    l2norm: bool,
+    gate: &str,
+    lower_bound: f64,
+    has_a_log: bool,
+    beta_mode: &str,
+    layout: &str,
+    initial: &str,
+    final_state: &str,
+    checkpoint_every: usize,
+    tensors: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let p = problem(
+        op,
+        mode,
+        dims,
+        dtypes,
+        scale,
+        l2norm,
+        gate,
+        lower_bound,
+        has_a_log,
+        beta_mode,
+        layout,
+        initial,
+        final_state,
+        checkpoint_every,
+    )?;
+    let get = |n: &str| -> PyResult<Option<HostTensor>> {
+        match tensors.get_item(n)? {
+            Some(x) if !x.is_none() => Ok(Some(host_tensor(n, &x)?)),
+            _ => Ok(None),
+        }
+    };
+    let need = |n: &str| -> PyResult<HostTensor> {
+        get(n)?.ok_or_else(|| PyValueError::new_err(format!("`{n}` is required")))
+    };
+    let inputs = Inputs {
+        q: need("q")?,
+        k: need("k")?,
+        v: need("v")?,
+        g: need("g")?,
+        beta: need("beta")?,
+        cu_seqlens: need("cu_seqlens")?,
+        a_log: get("A_log")?,
+        dt_bias: get("dt_bias")?,
+        initial_state: get("initial_state")?,
+        state_indices: get("state_indices")?,
+    };
+    let pref = if backend == "cpu" {
+        Preference::Kernel(BackendKind::Cpu, Kernel::Reference)
+    } else {
+        Preference::parse(backend).map_err(to_py)?
+    };
+    let kinds = match pref {
+        Preference::Auto => BackendKind::ALL.to_vec(),
+        Preference::Backend(b) | Preference::Kernel(b, _) => vec![b],
+    };
+    let out = py.detach(|| {
+        let e = Engine::new(&EngineOptions {
+            backends: kinds,
+            ..EngineOptions::default()
+        });
+        e.run(&p, &inputs, pref)
+            .map(|(o, r)| (o, r.id))
+            .map_err(to_py)
+    })?;
+    let d = PyDict::new(py);
+    let put = |n: &str, t: &HostTensor| -> PyResult<()> {
+        d.set_item(
+            n,
+            (
+                PyBytes::new(py, &t.to_le_bytes()),
+                t.dtype().name(),
+                t.shape.clone(),
+            ),
+        )
+    };
+    put("o", &out.0.o)?;
+    if let Some(s) = &out.0.final_state {
+        put("final_state", s)?;
+    }
+    if let Some(c) = &out.0.checkpoints {
+        put("checkpoints", c)?;
+    }
+    d.set_item("rule", out.1)?;
+    Ok(d)
+}
+
+/// The devices found and why any backend is unavailable.
+#[pyfunction]
+#[pyo3(signature = (device=0))]
+fn backends(device: usize) -> PyResult<Vec<String>> {
+    let e = engine(device)?;
+    Ok(e.devices()
+        .iter()
+        .map(|d| match d {
+            deltarule_core::DeviceState::Available(c) => format!("{}: {}", c.backend, c.summary()),
+            deltarule_core::DeviceState::Unavailable { backend, reason } => {
+                format!("{backend}: unavailable: {reason}")
+            }
+        })
+        .collect())
+}
+
+/// The selection table as markdown.
+#[pyfunction]
+fn rules_markdown() -> String {
+    deltarule_core::select::render_markdown()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(launch, m)?)?;
+    m.add_function(wrap_pyfunction!(select, m)?)?;
+    m.add_function(wrap_pyfunction!(run_host, m)?)?;
+    m.add_function(wrap_pyfunction!(backends, m)?)?;
+    m.add_function(wrap_pyfunction!(rules_markdown, m)?)?;
+    Ok(())
+}
