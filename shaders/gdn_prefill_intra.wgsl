@@ -7,9 +7,9 @@
 // as u32 words holding the caller's dtype; aux (chunk table, A_log, dt_bias).
 // Writes, per (c, z), into the workspace (rows >= L are written as zeros):
 //   wsa (layout in common.wgsl): Wᵀ [K, 64], kdec = k e^(Γ_last − Γ) [64, K4],
-//        qdec = scale q e^Γ [64, K], P [64, 64] (scale q_i·k_j e^(Γ_i − Γ_j), j <= i),
-//        e^Γ_last [K4] (zero padded);
-//   wsu: U [64, V].
+//        qdecᵀ = (scale q e^Γ)ᵀ [K, 64], Pᵀ [64, 64] (P_ij = scale q_i·k_j e^(Γ_i − Γ_j),
+//        j <= i), e^Γ_last [K4] (zero padded);
+//   wsu: U [64, V4] (zero padded).
 // Every exponent is Γ_i − Γ_j with j <= i, Γ_i or Γ_last − Γ_j: never positive for log decays.
 //
 // SAFETY (unchecked module): every storage index below is < the buffer length the host sized:
@@ -82,6 +82,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let K = HEAD_K;
     let V = HEAD_V;
     let K4 = k4(K);
+    let V4 = k4(V);
     if (tid == 0u) {
         s_meta = vec2<u32>(aux[prm.aux_chunks + 4u * c], aux[prm.aux_chunks + 4u * c + 1u]);
     }
@@ -95,7 +96,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base_qd = base_w + ws_qd(K);
     let base_p = base_w + ws_p(K);
     let base_gl = base_w + ws_gl(K);
-    let base_u = slot * 64u * V;
+    let base_u = slot * 64u * V4;
 
     // 1. gates, betas, inverse norms
     if (tid < 64u) {
@@ -201,7 +202,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (j < i) {
                 s_at[i * AS + j] = av;
             }
-            wsa[base_p + i * 64u + j] = pv;
+            wsa[base_p + j * 64u + i] = pv;
         }
     }
     workgroupBarrier();
@@ -222,7 +223,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
     // 4. W = T (beta K e^Γ) and U = T (beta V), 32 columns a tile, 4 x 2 per invocation.
     let ntk = (K + 31u) / 32u;
-    let ntv = (V + 31u) / 32u;
+    let ntv = (V4 + 31u) / 32u;
     for (var tile = 0u; tile < ntk + ntv; tile++) {
         let is_w = tile < ntk;
         var c0 = tile * 32u;
@@ -248,42 +249,74 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             s_x[m * XS + cc] = x;
         }
         workgroupBarrier();
+        // out[i] = X[i] + sum_{m < i} T[i][m] X[m] for rows i = 4 ty + a, columns 2 tx + b;
+        // T[i][m] sits at s_at[m][i] (m < i); other positions of that column are masked.
+        var acc: array<vec2<f32>, 4>;
+        for (var a = 0u; a < 4u; a++) { acc[a] = vec2<f32>(0.0); }
+        let mend = min(L, ty * 4u + 4u);
+        for (var m = 0u; m < mend; m++) {
+            let xv = vec2<f32>(s_x[m * XS + tx * 2u], s_x[m * XS + tx * 2u + 1u]);
+            for (var a = 0u; a < 4u; a++) {
+                let i = ty * 4u + a;
+                var t = select(0.0, s_at[m * AS + i], m < i);
+                if (m == i) {
+                    t = 1.0;
+                }
+                acc[a] += t * xv;
+            }
+        }
         for (var a = 0u; a < 4u; a++) {
             let i = ty * 4u + a;
             for (var b = 0u; b < 2u; b++) {
                 let cc = tx * 2u + b;
-                var acc = 0.0;
-                if (i < L) {
-                    acc = s_x[i * XS + cc];
-                    for (var m = 0u; m < i; m++) {
-                        acc += s_at[m * AS + i] * s_x[m * XS + cc];
+                let out = select(acc[a][b], 0.0, i >= L);
+                if (is_w) {
+                    if (c0 + cc < K) {
+                        wsa[base_w + (c0 + cc) * 64u + i] = out;
                     }
-                }
-                if (c0 + cc < width) {
-                    if (is_w) {
-                        wsa[base_w + (c0 + cc) * 64u + i] = acc;
-                    } else {
-                        wsu[base_u + i * V + c0 + cc] = acc;
-                    }
+                } else if (c0 + cc < V4) {
+                    wsu[base_u + i * V4 + c0 + cc] = out;
                 }
             }
         }
         workgroupBarrier();
     }
 
-    // 5. decayed q and k, and e^Γ_last
+    // 5. qdecᵀ = (scale q e^Γ)ᵀ [K][64], through a 64 x 32 tile so reads and writes coalesce
+    for (var c0 = 0u; c0 < K; c0 += 32u) {
+        for (var r = 0u; r < 8u; r++) {
+            let idx = tid + 256u * r;
+            let i = idx / 32u;
+            let cc = idx % 32u;
+            var x = 0.0;
+            if (i < L && c0 + cc < K) {
+                let e = ((t0 + i) * prm.heads + h) * K + c0 + cc;
+                x = prm.scale * s_rq[i] * ld(0u, e) * exp(s_gam[i]);
+            }
+            s_x[i * XS + cc] = x;
+        }
+        workgroupBarrier();
+        for (var r = 0u; r < 8u; r++) {
+            let idx = tid + 256u * r;
+            let cc = idx / 64u;
+            let i = idx % 64u;
+            if (c0 + cc < K) {
+                wsa[base_qd + (c0 + cc) * 64u + i] = s_x[i * XS + cc];
+            }
+        }
+        workgroupBarrier();
+    }
+
+    // 6. decayed k, and e^Γ_last
     let glast = s_gam[max(L, 1u) - 1u];
     for (var idx = tid; idx < 64u * K; idx += 256u) {
         let i = idx / K;
         let d = idx % K;
-        var qd = 0.0;
         var kd = 0.0;
         if (i < L) {
             let e = ((t0 + i) * prm.heads + h) * K + d;
-            qd = prm.scale * s_rq[i] * ld(0u, e) * exp(s_gam[i]);
             kd = s_rk[i] * ld(1u, e) * exp(glast - s_gam[i]);
         }
-        wsa[base_qd + idx] = qd;
         wsa[base_kd + i * K4 + d] = kd;
     }
     for (var idx = tid; idx < 64u * (K4 - K); idx += 256u) {

@@ -14,7 +14,7 @@
 // Workgroup tiles are vec4s (Wᵀ rows of 64, kdec rows padded to K4, V_new and S rows of BV), so
 // every inner step is two vector loads for 8 or 16 multiply-adds.
 // Reads: aux (chunk and sequence tables), wsa (Wᵀ, kdec, e^Γ_last), st (initial state, dtype
-// state_dt, layout), wsu (U). Writes: wsu (V_new), wsh (h, [K, V] per chunk), outs (checkpoints
+// state_dt, layout), wsu (U, [64, V4]). Writes: wsu (V_new), wsh (h, [K, V4] per chunk), outs (checkpoints
 // and dense or staged final states, f32, in the caller's layout), st (in-place f32 pools).
 //
 // SAFETY (unchecked module): chunk rows c lie in [c_begin, c_end) of the sequence (< chunks);
@@ -60,6 +60,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let K = HEAD_K;
     let V = HEAD_V;
     let K4 = k4(K);
+    let V4 = k4(V);
     let z = wid.z / prm.nvt;
     let vt = wid.z % prm.nvt;
     let hv = prm.hv0 + z;
@@ -107,16 +108,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let cm = workgroupUniformLoad(&s_cm);   // also orders the s_s writes above
         let slot = c * prm.hvb + z;
         let base_w = slot * slot_words;        // multiple of 4
-        let base_u = slot * 64u * V;
-        let base_h = slot * K * V;
+        let base_u = slot * 64u * V4;
+        let base_h = slot * K * V4;
 
-        // h[c] = S
+        // h[c] = S ([K][V4]; the padding columns hold the zeros of S beyond V)
         for (var a = 0u; a < 4u; a++) {
             let d = 4u * sr + a;
             if (d < K) {
                 for (var b = 0u; b < 4u; b++) {
-                    if (e_s + b < V) {
-                        wsh[base_h + d * V + e_s + b] = sreg[a][b];
+                    if (e_s + b < V4) {
+                        wsh[base_h + d * V4 + e_s + b] = sreg[a][b];
                     }
                 }
             }
@@ -156,8 +157,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let eg = vt * BV + el;
                 var vn = 0.0;
                 if (eg < V && i < cm.x) {
-                    vn = wsu[base_u + i * V + eg] - acc[a][j];
-                    wsu[base_u + i * V + eg] = vn;
+                    vn = wsu[base_u + i * V4 + eg] - acc[a][j];
+                    wsu[base_u + i * V4 + eg] = vn;
                 }
                 s_v[i * BQ + el / 4u][el & 3u] = vn;
             }

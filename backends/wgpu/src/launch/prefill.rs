@@ -79,7 +79,8 @@ impl Prefill {
         let output = cache.get(gpu, Shader::PrefillOutput, &[("HEAD_K", k), ("HEAD_V", v)])?;
 
         let nc = sh.tables.chunks as usize;
-        let per_head = [nc * wsa_slot(p.op, p.k), nc * 64 * p.v, nc * p.k * p.v]
+        let v4 = p.v.div_ceil(4) * 4;
+        let per_head = [nc * wsa_slot(p.op, p.k), nc * 64 * v4, nc * p.k * v4]
             .into_iter()
             .max()
             .unwrap_or(0)
@@ -95,8 +96,8 @@ impl Prefill {
             )));
         }
         let wsa = gpu.scratch("wsa", (hvb * nc * wsa_slot(p.op, p.k) * 4) as u64);
-        let wsu = gpu.scratch("wsu", (hvb * nc * 64 * p.v * 4) as u64);
-        let wsh = gpu.scratch("wsh", (hvb * nc * p.k * p.v * 4) as u64);
+        let wsu = gpu.scratch("wsu", (hvb * nc * 64 * v4 * 4) as u64);
+        let wsh = gpu.scratch("wsh", (hvb * nc * p.k * v4 * 4) as u64);
 
         let base = base_params(p, &sh.tables);
         let (_, _, grid_c) = grid(sh.tables.chunks);
