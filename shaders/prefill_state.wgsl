@@ -51,6 +51,23 @@ fn load_state(row: u32, hv: u32, d: u32, e: u32) -> f32 {
     return decode16(st[idx >> 1u], idx, prm.state_dt);
 }
 
+// One vec4 of the Wᵀ tile of rows d0 .. d0 + 15 (1024 contiguous words; rows >= K read as 0).
+fn w_tile(base_w: u32, d0: u32, tid: u32) -> vec4<f32> {
+    if (d0 + tid / 16u < HEAD_K) {
+        return wsa[(base_w + d0 * 64u) / 4u + tid];
+    }
+    return vec4<f32>(0.0);
+}
+
+// One vec4 of the kdec tile of token rows i0 .. i0 + it - 1 (rows of K4 words).
+fn kd_tile(base_w: u32, i0: u32, tid: u32, it: u32) -> vec4<f32> {
+    let k4w = k4(HEAD_K);
+    if (tid < it * k4w / 4u) {
+        return wsa[(base_w + ws_kd(HEAD_K) + i0 * k4w) / 4u + tid];
+    }
+    return vec4<f32>(0.0);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let n = wid.x + wid.y * prm.grid_n;
@@ -111,6 +128,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let base_u = slot * 64u * V4;
         let base_h = slot * K * V4;
 
+        // Issue this chunk's global reads early (the pass is latency bound: one workgroup per
+        // SM walks the chunks in order): U for this invocation's V_new entries, e^Γ_last, and
+        // the first Wᵀ tile; every later tile is fetched into a register while the current one
+        // is multiplied.
+        let c0 = CW * cg;
+        var u_pre: array<vec2<f32>, 4>;
+        for (var a = 0u; a < 4u; a++) {
+            let i = 4u * rg + a;
+            var u = vec2<f32>(0.0);
+            for (var j = 0u; j < CW; j++) {
+                let eg = vt * BV + c0 + j;
+                if (eg < V && i < cm.x) {
+                    u[j] = wsu[base_u + i * V4 + eg];
+                }
+            }
+            u_pre[a] = u;
+        }
+        let gl = wsa[(base_w + ws_gl(K)) / 4u + min(sr, K4 / 4u - 1u)];
+        var pre = w_tile(base_w, 0u, tid);
+
         // h[c] = S ([K][V4]; the padding columns hold the zeros of S beyond V)
         for (var a = 0u; a < 4u; a++) {
             let d = 4u * sr + a;
@@ -126,13 +163,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // V_new = U − W·S: rows 4 rg + a, columns CW cg + j
         var acc: array<vec2<f32>, 4>;
         for (var a = 0u; a < 4u; a++) { acc[a] = vec2<f32>(0.0); }
-        let c0 = CW * cg;
         for (var d0 = 0u; d0 < K; d0 += 16u) {
-            // Wᵀ rows d0 .. d0 + 15 are 1024 contiguous words (rows >= K are not read below)
-            if (d0 + tid / 16u < K) {
-                s_t[tid] = wsa[(base_w + d0 * 64u) / 4u + tid];
-            }
             workgroupBarrier();
+            s_t[tid] = pre;
+            workgroupBarrier();
+            if (d0 + 16u < K) {
+                pre = w_tile(base_w, d0 + 16u, tid);
+            } else {
+                pre = kd_tile(base_w, 0u, tid, IT);
+            }
             let dmax = min(16u, K - d0);
             for (var dd = 0u; dd < dmax; dd++) {
                 let w = s_t[dd * 16u + rg];
@@ -148,7 +187,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 acc[2] += w.z * sv;
                 acc[3] += w.w * sv;
             }
-            workgroupBarrier();
         }
         for (var a = 0u; a < 4u; a++) {
             let i = 4u * rg + a;
@@ -157,7 +195,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let eg = vt * BV + el;
                 var vn = 0.0;
                 if (eg < V && i < cm.x) {
-                    vn = wsu[base_u + i * V4 + eg] - acc[a][j];
+                    vn = u_pre[a][j] - acc[a][j];
                     wsu[base_u + i * V4 + eg] = vn;
                 }
                 s_v[i * BQ + el / 4u][el & 3u] = vn;
@@ -165,17 +203,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
 
         // S ← e^Γ_last ⊙ S + kdecᵀ·V_new, kdec in tiles of IT rows
-        let gl = wsa[(base_w + ws_gl(K)) / 4u + min(sr, K4 / 4u - 1u)];
         for (var a = 0u; a < 4u; a++) {
             sreg[a] = sreg[a] * gl[a];
         }
         let KQ = K4 / 4u;
         for (var i0 = 0u; i0 < 64u; i0 += IT) {
             workgroupBarrier();
-            if (tid < IT * KQ) {
-                s_t[tid] = wsa[(base_w + ws_kd(K) + i0 * K4) / 4u + tid];
-            }
+            s_t[tid] = pre;
             workgroupBarrier();
+            if (i0 + IT < 64u) {
+                pre = kd_tile(base_w, i0 + IT, tid, IT);
+            }
             if (sr < KQ) {
                 for (var ii = 0u; ii < IT; ii++) {
                     let kd = s_t[ii * KQ + sr];
