@@ -9,7 +9,6 @@ pub mod decode;
 pub mod prefill;
 
 use crate::device::{Dispatch, Gpu};
-use crate::error;
 use crate::pipelines::PipelineCache;
 use crate::shaders::Shader;
 use deltarule_core::{
@@ -646,6 +645,7 @@ impl Call {
         inputs: &Inputs,
         val: &Validated,
     ) -> Result<Call> {
+        check_sizes(gpu, inputs)?;
         let tables = tables(p, inputs, val)?;
         let shared = Shared::new(gpu, p, tables)?;
         let stages = match p.mode {
@@ -677,14 +677,32 @@ impl Call {
     }
 }
 
-/// Checks that `bytes` fit one storage binding of the device.
-pub fn fits(gpu: &Gpu, bytes: usize, what: &str) -> Result<()> {
-    if bytes as u64 > gpu.max_binding() {
-        return Err(error::device(format!(
-            "{what} needs {} MiB, more than the device's largest storage binding ({} MiB)",
-            bytes >> 20,
-            gpu.max_binding() >> 20
-        )));
+/// Every input must fit one storage binding and be indexable with the kernels' 32-bit element
+/// indices; otherwise the problem is unsupported here (with the numbers), never truncated.
+pub fn check_sizes(gpu: &Gpu, inputs: &Inputs) -> Result<()> {
+    let named = [
+        ("q", Some(&inputs.q)),
+        ("k", Some(&inputs.k)),
+        ("v", Some(&inputs.v)),
+        ("g", Some(&inputs.g)),
+        ("beta", Some(&inputs.beta)),
+        ("initial_state", inputs.initial_state.as_ref()),
+    ];
+    for (name, t) in named {
+        let Some(t) = t else { continue };
+        if t.numel() >= u32::MAX as usize || t.size_bytes() as u64 > gpu.max_binding() {
+            return Err(Error::unsupported(
+                deltarule_core::BackendKind::Wgpu,
+                "chunked",
+                format!(
+                    "{name} has {} elements ({} MiB): the WGSL kernels index at most 2^32 - 1 \
+                     elements and the device binds at most {} MiB",
+                    t.numel(),
+                    t.size_bytes() >> 20,
+                    gpu.max_binding() >> 20
+                ),
+            ));
+        }
     }
     Ok(())
 }
