@@ -25,6 +25,7 @@ pub struct Gpu {
     pub features: wgpu::Features,
     /// Shader modules with wgpu's injected bounds checks (test and debug mode).
     pub checked: bool,
+    binding_cap: Option<u64>,
     modules: Mutex<HashMap<Shader, Arc<wgpu::ShaderModule>>>,
     uncaptured: Arc<Mutex<Vec<String>>>,
 }
@@ -121,6 +122,7 @@ impl Gpu {
             limits,
             features,
             checked: choice.checked,
+            binding_cap: choice.max_binding,
             modules: Mutex::new(HashMap::new()),
             uncaptured,
         })
@@ -162,9 +164,11 @@ impl Gpu {
 
     /// Largest size of one storage binding, bytes.
     pub fn max_binding(&self) -> u64 {
-        self.limits
+        let dev = self
+            .limits
             .max_storage_buffer_binding_size
-            .min(self.limits.max_buffer_size)
+            .min(self.limits.max_buffer_size);
+        self.binding_cap.map_or(dev, |c| c.min(dev))
     }
 
     fn module(&self, shader: Shader) -> Result<Arc<wgpu::ShaderModule>> {

@@ -37,6 +37,9 @@ pub struct AdapterChoice {
     pub name: Option<String>,
     /// Shader modules with wgpu's runtime bounds checks (`DELTARULE_WGPU_CHECKED=1`).
     pub checked: bool,
+    /// Caps the largest storage binding the launch layer plans with (tests of the head-batched
+    /// prefill path on small problems); `None` uses the device's limit.
+    pub max_binding: Option<u64>,
 }
 
 impl AdapterChoice {
@@ -48,6 +51,7 @@ impl AdapterChoice {
                 .ok()
                 .filter(|s| !s.is_empty()),
             checked: std::env::var("DELTARULE_WGPU_CHECKED").ok().as_deref() == Some("1"),
+            max_binding: None,
         }
     }
 }

@@ -132,9 +132,14 @@ fn problems() -> Vec<(Problem, Vec<usize>)> {
 }
 
 fn open(checked: bool) -> Option<WgpuBackend> {
+    open_with(checked, None)
+}
+
+fn open_with(checked: bool, max_binding: Option<u64>) -> Option<WgpuBackend> {
     match WgpuBackend::new(AdapterChoice {
         name: std::env::var("DELTARULE_WGPU_ADAPTER").ok(),
         checked,
+        max_binding,
     }) {
         Ok(b) => Some(b),
         Err(e) => {
@@ -211,6 +216,41 @@ fn checked_and_unchecked_modules_agree_with_the_reference() {
                 m.rel_l2
             );
             println!("{p}: {name} rel_l2 {:.2e}", m.rel_l2);
+        }
+    }
+}
+
+/// With the storage binding capped below one head's workspace times the heads, the prefill runs
+/// in head batches (several dispatch triples with hv0 > 0); the results must not change.
+#[test]
+fn head_batches_give_the_same_numbers() {
+    let Some(whole) = open(false) else { return };
+    let cpu = CpuBackend::new();
+    for op in Op::ALL {
+        let lens = vec![100, 40];
+        let mut p = Problem::new(op, Mode::Prefill, 2, 140, 2, 6, 32, 40);
+        p.initial = InitialState::Dense;
+        p.checkpoint_every = Some(64);
+        let x = inputs(&p, &lens, 7);
+        // 3 chunks; the largest per-head workspace (wsa) is 3 * slot words
+        let slot = 128 * 32 + 64 * 32 + 4096 + 32 + if op == Op::Kda { 64 * 32 } else { 0 };
+        let cap = (3 * slot * 4 * 2 + 16) as u64; // two heads a batch -> 3 batches
+        let Some(batched) = open_with(false, Some(cap)) else {
+            return;
+        };
+        let a = whole.run(Kernel::Chunked, &p, &x).expect("whole");
+        let b = batched.run(Kernel::Chunked, &p, &x).expect("batched");
+        let r = cpu.run(Kernel::Reference, &p, &x).expect("reference");
+        for ((name, ta), ((_, tb), (_, tr))) in tensors(&a)
+            .into_iter()
+            .zip(tensors(&b).into_iter().zip(tensors(&r)))
+        {
+            assert!(
+                ta.bit_identical(tb),
+                "{p}: {name} differs when heads are batched"
+            );
+            let m = compare(&tb.to_f64_vec(), &tr.to_f64_vec());
+            assert!(m.passes(1e-4), "{p}: {name} rel_l2 {:.3e}", m.rel_l2);
         }
     }
 }
