@@ -6,7 +6,8 @@ for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig;
 #     bash bench/h200_wgpu.sh            # adapter info, golden diff, bench, summary table
 #     ITERS=100 bash bench/h200_wgpu.sh  # more timed calls
 # Prints: `deltarule backends`, the golden-file diff on wgpu, the benchmark of the two target
-# shapes with unchecked modules (production) and, for comparison, with wgpu's bounds checks
+# shapes with unchecked modules (production), with the 16-column state pass
+# (DELTARULE_WGPU_STATE_BV=16, a tuning knob) and with wgpu's bounds checks
 # (DELTARULE_WGPU_CHECKED=1), then a short table against the targets (3x fla Triton).
 set -uo pipefail
 
@@ -33,13 +34,16 @@ diff_rc=$?
 OUT=$(mktemp -d)
 echo "== bench (unchecked modules: production)"
 $BIN bench --backend wgpu --shape $SHAPES --iters "$ITERS" --json | tee "$OUT/fast.jsonl"
+echo "== bench (16-column state pass, DELTARULE_WGPU_STATE_BV=16: twice the sequential workgroups)"
+DELTARULE_WGPU_STATE_BV=16 $BIN bench --backend wgpu --shape $SHAPES --iters "$ITERS" --json \
+  | tee "$OUT/bv16.jsonl"
 echo "== bench (checked modules, DELTARULE_WGPU_CHECKED=1, for comparison)"
 DELTARULE_WGPU_CHECKED=1 $BIN bench --backend wgpu --shape $SHAPES --iters "$ITERS" --json \
   | tee "$OUT/checked.jsonl"
 
 echo "== summary (targets: gdn <= 1.75 ms, kda <= 3.0 ms; fla Triton 0.58 / 1.01 ms)"
 if command -v python3 >/dev/null; then
-  python3 - "$OUT/fast.jsonl" "$OUT/checked.jsonl" "$diff_rc" <<'PY'
+  python3 - "$OUT/fast.jsonl" "$OUT/checked.jsonl" "$diff_rc" "$OUT/bv16.jsonl" <<'PY'
 import json, sys
 def load(p):
     rows = {}
@@ -49,17 +53,18 @@ def load(p):
             r = json.loads(line)
             rows[r["shape"]] = r
     return rows
-fast, checked = load(sys.argv[1]), load(sys.argv[2])
+fast, checked, bv16 = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[4])
 target = {"gdn-16/32-1x8192": (1.75, 0.58), "kda-32/32-1x8192": (3.0, 1.01)}
-print(f"{'shape':<18} {'gpu ms':>8} {'checked':>8} {'host us':>8} {'TFLOP/s':>8} {'target':>7} {'x fla':>6}  device")
+print(f"{'shape':<18} {'gpu ms':>8} {'bv16':>8} {'checked':>8} {'host us':>8} {'TFLOP/s':>8} {'target':>7} {'x fla':>6}  device")
 for s, (t, fla) in target.items():
     r = fast.get(s)
     if r is None:
         print(f"{s:<18} (no result)")
         continue
     c = checked.get(s, {}).get("gpu_ms_median", float("nan"))
+    b16 = bv16.get(s, {}).get("gpu_ms_median", float("nan"))
     ms = r["gpu_ms_median"]
-    print(f"{s:<18} {ms:8.3f} {c:8.3f} {r['host_us_median']:8.1f} {r['tflops']:8.1f} "
+    print(f"{s:<18} {ms:8.3f} {b16:8.3f} {c:8.3f} {r['host_us_median']:8.1f} {r['tflops']:8.1f} "
           f"{t:7.2f} {ms / fla:6.2f}  {r['device']}")
 print("golden diff:", "pass" if sys.argv[3] == "0" else f"FAIL (exit {sys.argv[3]})")
 PY

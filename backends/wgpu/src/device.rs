@@ -26,6 +26,8 @@ pub struct Gpu {
     /// Shader modules with wgpu's injected bounds checks (test and debug mode).
     pub checked: bool,
     binding_cap: Option<u64>,
+    /// Requested state-pass tile width (see `AdapterChoice::state_bv`).
+    pub state_bv: Option<usize>,
     modules: Mutex<HashMap<Shader, Arc<wgpu::ShaderModule>>>,
     uncaptured: Arc<Mutex<Vec<String>>>,
 }
@@ -123,6 +125,7 @@ impl Gpu {
             features,
             checked: choice.checked,
             binding_cap: choice.max_binding,
+            state_bv: choice.state_bv,
             modules: Mutex::new(HashMap::new()),
             uncaptured,
         })

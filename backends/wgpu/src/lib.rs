@@ -40,6 +40,10 @@ pub struct AdapterChoice {
     /// Caps the largest storage binding the launch layer plans with (tests of the head-batched
     /// prefill path on small problems); `None` uses the device's limit.
     pub max_binding: Option<u64>,
+    /// Value columns of a prefill state-pass workgroup: 16 or 32 (`DELTARULE_WGPU_STATE_BV`, a
+    /// tuning knob: 16 doubles the workgroups of the sequential pass when sequences x heads are
+    /// few). 32 is used only for K <= 128; `None` picks 32 there, else 16.
+    pub state_bv: Option<usize>,
 }
 
 impl AdapterChoice {
@@ -52,6 +56,9 @@ impl AdapterChoice {
                 .filter(|s| !s.is_empty()),
             checked: std::env::var("DELTARULE_WGPU_CHECKED").ok().as_deref() == Some("1"),
             max_binding: None,
+            state_bv: std::env::var("DELTARULE_WGPU_STATE_BV")
+                .ok()
+                .and_then(|s| s.parse().ok()),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The launch layer on the device, with and without wgpu's injected bounds checks: both module
+//! The launch layer on the device, with and without wgpu's injected bounds checks (the checked
+//! backend also uses the 16-column state pass, the unchecked one the 32-column one): both module
 //! kinds must agree to rounding (an out-of-range access in the unchecked modules would show up
 //! as a difference), write every element, and match the CPU float64 reference within the f32 tolerance. Skipped when
 //! no adapter is present, unless `DELTARULE_REQUIRE_WGPU=1`.
@@ -140,6 +141,7 @@ fn open_with(checked: bool, max_binding: Option<u64>) -> Option<WgpuBackend> {
         name: std::env::var("DELTARULE_WGPU_ADAPTER").ok(),
         checked,
         max_binding,
+        state_bv: if checked { Some(16) } else { None },
     }) {
         Ok(b) => Some(b),
         Err(e) => {

@@ -11,9 +11,10 @@ use crate::shaders::Shader;
 use deltarule_core::{Op, Problem, Result};
 use std::sync::Arc;
 
-/// Columns of a state-pass workgroup: the K x BV state slice must fit 4096 floats.
-pub fn state_tile(k: usize) -> usize {
-    if k <= 128 {
+/// Columns of a state-pass workgroup: the K x BV state slice must fit 4096 floats, so 32 only
+/// for K <= 128; `wanted` = Some(16) asks for the narrower tile (twice the workgroups).
+pub fn state_tile(k: usize, wanted: Option<usize>) -> usize {
+    if k <= 128 && wanted != Some(16) {
         32
     } else {
         16
@@ -70,7 +71,7 @@ impl Prefill {
                 ("BETA_DT", dt_code(p.beta_dtype) as f64),
             ],
         )?;
-        let bv = state_tile(p.k);
+        let bv = state_tile(p.k, gpu.state_bv);
         let state = cache.get(
             gpu,
             Shader::PrefillState,
