@@ -17,13 +17,13 @@ if [ -z "${VK_DRIVER_FILES:-}" ]; then
     if [ -f "$icd" ]; then export VK_DRIVER_FILES="$icd"; break; fi
   done
 fi
-echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-<unset: the loader's default search>}"
+echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-(unset: default loader search)}"
 export WGPU_BACKEND=vulkan
 # never the validation layers (false errors for naga 30's SPIR-V on Debian's layers)
 unset WGPU_VALIDATION VK_INSTANCE_LAYERS
-BIN=./target/release/deltarule
+BIN=${BIN:-./target/release/deltarule}
 ITERS=${ITERS:-50}
-SHAPES="gdn-16/32-1x8192 kda-32/32-1x8192"
+SHAPES=${SHAPES:-"gdn-16/32-1x8192 kda-32/32-1x8192"}
 
 echo "== backends"
 $BIN backends
