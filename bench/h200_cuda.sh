@@ -25,28 +25,30 @@ fi
 echo "== env"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 ldconfig -p | grep -E 'libcuda.so|libnvrtc' | head -4; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 export DELTARULE_REQUIRE_CUDA=1
+export DELTARULE_GOLDEN=$PWD/tests/golden/shared
 status=0
 if [[ $what == all || $what == test ]]; then
   echo "== tests"
-  $BIN/cuda_device --test-threads=1 --nocapture > "$OUT/cuda_device.log" 2>&1; rc=$?
+  timeout ${TEST_TIMEOUT:-300} $BIN/cuda_device --test-threads=1 --nocapture > "$OUT/cuda_device.log" 2>&1; rc=$?
   grep -E "ran,|test result|FAILED|panicked" "$OUT/cuda_device.log" | head -30; echo "cuda_device rc=$rc"; [[ $rc == 0 ]] || status=1
-  $BIN/conformance --test-threads=1 --nocapture cuda:: > "$OUT/conformance.log" 2>&1; rc=$?
+  timeout ${TEST_TIMEOUT:-300} $BIN/conformance --test-threads=1 --nocapture cuda:: > "$OUT/conformance.log" 2>&1; rc=$?
   grep -E "ran,|test result|FAILED|panicked" "$OUT/conformance.log" | head -20; echo "conformance cuda:: rc=$rc"; [[ $rc == 0 ]] || status=1
   for b in cuda cuda:chunked cuda:small-bh; do
-    $BIN/deltarule diff --case tests/golden/shared/*.safetensors --backend $b > "$OUT/diff_${b/:/_}.log" 2>&1; rc=$?
+    echo "### diff --backend $b" >> "$OUT/diff.log"
+    $BIN/deltarule diff --case tests/golden/shared/*.safetensors --backend $b >> "$OUT/diff.log" 2>&1; rc=$?
     echo "diff --backend $b rc=$rc"; [[ $rc == 0 ]] || status=1
   done
 fi
 if [[ $what == all || $what == sanitize ]]; then
   echo "== compute-sanitizer memcheck (representative subset)"
-  compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_device --test-threads=1 sanitizer_subset > "$OUT/memcheck.log" 2>&1; rc=$?
+  timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/cuda_device --test-threads=1 sanitizer_subset > "$OUT/memcheck.log" 2>&1; rc=$?
   grep -E "ERROR SUMMARY|test result" "$OUT/memcheck.log" | tail -3; echo "memcheck rc=$rc"; [[ $rc == 0 ]] || status=1
 fi
 if [[ $what == all || $what == bench ]]; then
   echo "== bench"
   $BIN/deltarule bench --shape anchors --backend cuda:chunked cuda:small-bh cuda --json > "$OUT/ours.jsonl" 2> "$OUT/ours.err"
   tail -3 "$OUT/ours.err"
-  if [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
+  if [[ ${FLA:-1} == 1 ]] && [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
     PYTHONUNBUFFERED=1 python3 bench/fla_bench.py ${FLA_ARGS:-} > "$OUT/fla.jsonl" 2> "$OUT/fla.err"; tail -2 "$OUT/fla.err"
   fi

@@ -97,6 +97,43 @@ __device__ __forceinline__ i64 ld_i(const void* p, i64 i, int dt) {
     return dt == DT_I64 ? ((const i64*)p)[i] : (i64)((const int*)p)[i];
 }
 
+
+// Compile-time dtype loads: `with_dt(dt, f)` calls `f(IC<DT>())` once for the run-time dtype, so
+// loops inside `f` are branch-free and their loads can all be in flight before the first use
+// (a run-time dtype switch per element puts every load behind its own branch and serialises them).
+template <int V>
+struct IC {
+    static constexpr int value = V;
+};
+template <class F>
+__device__ __forceinline__ void with_dt(int dt, F&& f) {
+    if (dt == DT_F32) f(IC<DT_F32>());
+    else if (dt == DT_F16) f(IC<DT_F16>());
+    else f(IC<DT_BF16>());
+}
+template <int DT>
+__device__ __forceinline__ float ldt(const void* p, i64 i) {
+    if (DT == DT_F32) return ((const float*)p)[i];
+    const u16 h = ((const u16*)p)[i];
+    return DT == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+// Stores (x, y) at elements i, i + 1 (i even) as one 8- or 4-byte store.
+template <int DT>
+__device__ __forceinline__ void st2(void* p, i64 i, float x, float y) {
+    if (DT == DT_F32) {
+        *(float2*)((float*)p + i) = make_float2(x, y);
+    } else {
+        const u32 a = DT == DT_BF16 ? f32_to_bf16(x) : f32_to_f16(x);
+        const u32 b = DT == DT_BF16 ? f32_to_bf16(y) : f32_to_f16(y);
+        *(u32*)((u16*)p + i) = a | (b << 16);
+    }
+}
+template <int DT>
+__device__ __forceinline__ void st1(void* p, i64 i, float x) {
+    if (DT == DT_F32) ((float*)p)[i] = x;
+    else ((u16*)p)[i] = DT == DT_BF16 ? f32_to_bf16(x) : f32_to_f16(x);
+}
+
 // ------------------------------------------------------------------ math (f32)
 __device__ __forceinline__ float fexp2(float x) {
     float y;
@@ -116,16 +153,21 @@ __device__ __forceinline__ float softplusf_(float x) {
     return flog2(1.0f + fexp(x)) * 0.6931471805599453f;
 }
 
-// The log decay of one gate element (SPEC.md section 4). `bias_idx` indexes dt_bias.
-__device__ __forceinline__ float gate_value(const Params& p, float x, int hv, int bias_idx) {
+// The log decay of one gate element (SPEC.md section 4): x is the raw gate, `bias` its dt_bias
+// (0 when absent), `a` = exp(A_log[hv]) (1 when absent). No memory access.
+__device__ __forceinline__ float gate_apply(const Params& p, float x, float bias, float a) {
     if (p.gate == GATE_LOG) return x;
-    float b = p.dt_bias ? p.dt_bias[bias_idx] : 0.0f;
-    if (p.gate == GATE_SOFTPLUS) {
-        float a = p.has_a_log ? fexp(p.a_log[hv]) : 1.0f;
-        return -a * softplusf_(x + b);
-    }
-    float z = p.has_a_log ? fexp(p.a_log[hv]) * (x + b) : (x + b);
-    return p.lower_bound * sigmoidf_(z);
+    if (p.gate == GATE_SOFTPLUS) return -a * softplusf_(x + bias);
+    return p.lower_bound * sigmoidf_(p.has_a_log ? a * (x + bias) : (x + bias));
+}
+__device__ __forceinline__ float gate_a(const Params& p, int hv) {
+    return (p.gate != GATE_LOG && p.has_a_log) ? fexp(p.a_log[hv]) : 1.0f;
+}
+__device__ __forceinline__ float gate_bias(const Params& p, int idx) {
+    return (p.gate != GATE_LOG && p.dt_bias != nullptr) ? p.dt_bias[idx] : 0.0f;
+}
+__device__ __forceinline__ float gate_value(const Params& p, float x, int hv, int bias_idx) {
+    return gate_apply(p, x, gate_bias(p, bias_idx), gate_a(p, hv));
 }
 __device__ __forceinline__ float beta_value(const Params& p, float b) {
     if (p.beta_mode == BETA_PROB) return b;

@@ -24,7 +24,21 @@ constexpr int DJ = KD / DP;
 static_assert(KD == 32 || KD == 64 || KD == 128, "HEAD_K must be 32, 64 or 128");
 static_assert(VD == 32 || VD == 64 || VD == 128, "HEAD_V must be 32, 64 or 128");
 
-// Tile [KD][DVT + 1] f32 <-> state slot `slot` (columns v0..v0+DVT) in global memory.
+// Tile [KD][DVT + 1] f32 <-> state slot `slot` (columns v0..v0+DVT) in global memory. Each thread
+// moves U units of 4 elements (one 16-byte f32 or 8-byte 16-bit access); all loads are issued
+// before the first shared store.
+constexpr int TU = KD * DVT / 4 / DTH;
+__device__ __forceinline__ void unit_pos(int layout, int u, int v0, int& d, int& e, i64& o) {
+    if (layout == LAYOUT_KV) {
+        d = u / (DVT / 4);
+        e = (u % (DVT / 4)) * 4;
+        o = (i64)d * VD + v0 + e;
+    } else {
+        e = u / (KD / 4);
+        d = (u % (KD / 4)) * 4;
+        o = (i64)(v0 + e) * KD + d;
+    }
+}
 __device__ __forceinline__ void tile_load(const Params& p, float (*S)[DVT + 1], const void* base,
                                           int dt, i64 slot, int v0) {
     const int tid = threadIdx.x;
@@ -33,34 +47,36 @@ __device__ __forceinline__ void tile_load(const Params& p, float (*S)[DVT + 1], 
         return;
     }
     const i64 off = slot * KD * VD;
-    for (int u = tid; u < KD * DVT / 4; u += DTH) {
-        float x[4];
-        int d, e;
-        i64 o;
-        if (p.layout == LAYOUT_KV) {
-            d = u / (DVT / 4);
-            e = (u % (DVT / 4)) * 4;
-            o = off + (i64)d * VD + v0 + e;
-        } else {
-            e = u / (KD / 4);
-            d = (u % (KD / 4)) * 4;
-            o = off + (i64)(v0 + e) * KD + d;
-        }
-        if (dt == DT_F32) {
-            const float4 w = *(const float4*)((const float*)base + o);
-            x[0] = w.x; x[1] = w.y; x[2] = w.z; x[3] = w.w;
-        } else {
-            const uint2 w = *(const uint2*)((const u16*)base + o);
-            const u16 hs[4] = {(u16)(w.x & 0xffffu), (u16)(w.x >> 16), (u16)(w.y & 0xffffu), (u16)(w.y >> 16)};
+    with_dt(dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
+        float x[TU][4];
 #pragma unroll
-            for (int z = 0; z < 4; ++z) x[z] = dt == DT_BF16 ? bf16_to_f32(hs[z]) : f16_to_f32(hs[z]);
+        for (int m = 0; m < TU; ++m) {
+            int d, e;
+            i64 o;
+            unit_pos(p.layout, tid + DTH * m, v0, d, e, o);
+            if (DT == DT_F32) {
+                const float4 w = *(const float4*)((const float*)base + off + o);
+                x[m][0] = w.x; x[m][1] = w.y; x[m][2] = w.z; x[m][3] = w.w;
+            } else {
+                const uint2 w = *(const uint2*)((const u16*)base + off + o);
+                const u16 hs[4] = {(u16)(w.x & 0xffffu), (u16)(w.x >> 16), (u16)(w.y & 0xffffu), (u16)(w.y >> 16)};
+#pragma unroll
+                for (int z = 0; z < 4; ++z) x[m][z] = DT == DT_BF16 ? bf16_to_f32(hs[z]) : f16_to_f32(hs[z]);
+            }
         }
 #pragma unroll
-        for (int z = 0; z < 4; ++z) {
-            if (p.layout == LAYOUT_KV) S[d][e + z] = x[z];
-            else S[d + z][e] = x[z];
+        for (int m = 0; m < TU; ++m) {
+            int d, e;
+            i64 o;
+            unit_pos(p.layout, tid + DTH * m, v0, d, e, o);
+#pragma unroll
+            for (int z = 0; z < 4; ++z) {
+                if (p.layout == LAYOUT_KV) S[d][e + z] = x[m][z];
+                else S[d + z][e] = x[m][z];
+            }
         }
-    }
+    });
 }
 __device__ __forceinline__ u16 to_half_bits(float x, int dt) {
     return dt == DT_BF16 ? f32_to_bf16(x) : f32_to_f16(x);
@@ -69,30 +85,26 @@ __device__ __forceinline__ void tile_store(const Params& p, float (*S)[DVT + 1],
                                            i64 slot, int v0) {
     const int tid = threadIdx.x;
     const i64 off = slot * KD * VD;
-    for (int u = tid; u < KD * DVT / 4; u += DTH) {
-        float x[4];
-        int d, e;
-        i64 o;
-        if (p.layout == LAYOUT_KV) {
-            d = u / (DVT / 4);
-            e = (u % (DVT / 4)) * 4;
-            o = off + (i64)d * VD + v0 + e;
-        } else {
-            e = u / (KD / 4);
-            d = (u % (KD / 4)) * 4;
-            o = off + (i64)(v0 + e) * KD + d;
-        }
+    with_dt(dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
 #pragma unroll
-        for (int z = 0; z < 4; ++z) x[z] = p.layout == LAYOUT_KV ? S[d][e + z] : S[d + z][e];
-        if (dt == DT_F32) {
-            *(float4*)((float*)base + o) = make_float4(x[0], x[1], x[2], x[3]);
-        } else {
-            uint2 w;
-            w.x = (u32)to_half_bits(x[0], dt) | ((u32)to_half_bits(x[1], dt) << 16);
-            w.y = (u32)to_half_bits(x[2], dt) | ((u32)to_half_bits(x[3], dt) << 16);
-            *(uint2*)((u16*)base + o) = w;
+        for (int m = 0; m < TU; ++m) {
+            int d, e;
+            i64 o;
+            unit_pos(p.layout, tid + DTH * m, v0, d, e, o);
+            float x[4];
+#pragma unroll
+            for (int z = 0; z < 4; ++z) x[z] = p.layout == LAYOUT_KV ? S[d][e + z] : S[d + z][e];
+            if (DT == DT_F32) {
+                *(float4*)((float*)base + off + o) = make_float4(x[0], x[1], x[2], x[3]);
+            } else {
+                uint2 w;
+                w.x = (u32)to_half_bits(x[0], DT) | ((u32)to_half_bits(x[1], DT) << 16);
+                w.y = (u32)to_half_bits(x[2], DT) | ((u32)to_half_bits(x[3], DT) << 16);
+                *(uint2*)((u16*)base + off + o) = w;
+            }
         }
-    }
+    });
 }
 
 template <bool KDA>
@@ -115,32 +127,45 @@ __device__ void recurrent(const Params& p) {
         if (warp < 2) {
             const void* src = warp == 0 ? p.k : p.q;
             float* dst = warp == 0 ? ks : qs;
-            float x[KD / 32];
-            float ss = 0.0f;
+            with_dt(p.qkv_dt, [&](auto D) {
+                constexpr int DT = decltype(D)::value;
+                float x[KD / 32];
+                float ss = 0.0f;
 #pragma unroll
-            for (int j = 0; j < KD / 32; ++j) {
-                x[j] = ld_f(src, ((i64)t * p.H + h) * KD + lane + 32 * j, p.qkv_dt);
-                ss += x[j] * x[j];
-            }
-            float r = 1.0f;
-            if (p.l2norm) {
-                float y;
-                asm("rsqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(warp_sum(ss) + 1e-6f));
-                r = y;
-            }
+                for (int j = 0; j < KD / 32; ++j) x[j] = ldt<DT>(src, ((i64)t * p.H + h) * KD + lane + 32 * j);
 #pragma unroll
-            for (int j = 0; j < KD / 32; ++j) dst[lane + 32 * j] = x[j] * r;
+                for (int j = 0; j < KD / 32; ++j) ss += x[j] * x[j];
+                float r = 1.0f;
+                if (p.l2norm) {
+                    float y;
+                    asm("rsqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(warp_sum(ss) + 1e-6f));
+                    r = y;
+                }
+#pragma unroll
+                for (int j = 0; j < KD / 32; ++j) dst[lane + 32 * j] = x[j] * r;
+            });
         } else if (warp == 2) {
+            with_dt(p.g_dt, [&](auto D) {
+                constexpr int DT = decltype(D)::value;
+                float x[KD / 32], b[KD / 32];
 #pragma unroll
-            for (int j = 0; j < KD / 32; ++j) {
-                const int d = lane + 32 * j;
-                const float gv = KDA ? gate_value(p, ld_f(p.g, ((i64)t * p.HV + hv) * KD + d, p.g_dt), hv, hv * KD + d)
-                                     : gate_value(p, ld_f(p.g, (i64)t * p.HV + hv, p.g_dt), hv, hv);
-                dec[d] = fexp(gv);
-            }
+                for (int j = 0; j < KD / 32; ++j) {
+                    const int d = lane + 32 * j;
+                    x[j] = KDA ? ldt<DT>(p.g, ((i64)t * p.HV + hv) * KD + d) : ldt<DT>(p.g, (i64)t * p.HV + hv);
+                    b[j] = gate_bias(p, KDA ? hv * KD + d : hv);
+                }
+                const float a = gate_a(p, hv);
+#pragma unroll
+                for (int j = 0; j < KD / 32; ++j) dec[lane + 32 * j] = fexp(gate_apply(p, x[j], b[j], a));
+            });
         } else {
-            vs[lane] = ld_f(p.v, ((i64)t * p.HV + hv) * VD + v0 + lane, p.qkv_dt);
-            if (lane == 0) bsh = beta_value(p, ld_f(p.beta, (i64)t * p.HV + hv, p.beta_dt));
+            float vv = 0.0f, bb = 0.0f;
+            with_dt(p.qkv_dt, [&](auto D) {
+                vv = ldt<decltype(D)::value>(p.v, ((i64)t * p.HV + hv) * VD + v0 + lane);
+            });
+            if (lane == 0) bb = ld_f(p.beta, (i64)t * p.HV + hv, p.beta_dt);
+            vs[lane] = vv;
+            if (lane == 0) bsh = beta_value(p, bb);
         }
         __syncthreads();
         float kv = 0.0f;

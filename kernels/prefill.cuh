@@ -215,47 +215,80 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv) {
     u16* Tbh = (u16*)(sm + LY::TB);
     u16* Tbl = Tbh + 64 * CP;
 
-    // 1a. q and k rows (L2 norm in f32, then rounded to the mma type); one warp per row.
-    for (int i = warp; i < CH; i += NTH / 32) {
-        float qv[KD / 32], kv[KD / 32];
-        float sq = 0.0f, sk = 0.0f;
-        const bool valid = i < L;
-        const i64 base = ((i64)(t0 + i) * p.H + h) * KD;
+    // 1a. q and k rows (L2 norm in f32, then rounded to the mma type); warp w owns rows w + 8r.
+    //     Every load of the warp is issued before the first use (rows past L re-read row L - 1
+    //     and are zeroed by selection).
+    with_dt(p.qkv_dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
+        constexpr int RPW = CH / (NTH / 32) / 2, J = KD / 32;
 #pragma unroll
-        for (int j = 0; j < KD / 32; ++j) {
-            const int d = lane + 32 * j;
-            qv[j] = valid ? ld_f(p.q, base + d, p.qkv_dt) : 0.0f;
-            kv[j] = valid ? ld_f(p.k, base + d, p.qkv_dt) : 0.0f;
-            sq += qv[j] * qv[j];
-            sk += kv[j] * kv[j];
-        }
-        float rq = 1.0f, rk = 1.0f;
-        if (p.l2norm) {
-            rq = frsqrt(warp_sum(sq) + 1e-6f);
-            rk = frsqrt(warp_sum(sk) + 1e-6f);
-        }
+        for (int half = 0; half < 2; ++half) {
+            float qv[RPW][J], kv[RPW][J];
 #pragma unroll
-        for (int j = 0; j < KD / 32; ++j) {
-            const int d = lane + 32 * j;
-            Qs[i * KP + d] = to_mma(qv[j] * rq);
-            Ks[i * KP + d] = to_mma(kv[j] * rk);
+            for (int r = 0; r < RPW; ++r) {
+                const int i = warp + (half * RPW + r) * (NTH / 32);
+                const i64 base = ((i64)(t0 + imin(i, L - 1)) * p.H + h) * KD + lane;
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    qv[r][j] = ldt<DT>(p.q, base + 32 * j);
+                    kv[r][j] = ldt<DT>(p.k, base + 32 * j);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < RPW; ++r) {
+                const int i = warp + (half * RPW + r) * (NTH / 32);
+                float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    sq += qv[r][j] * qv[r][j];
+                    sk += kv[r][j] * kv[r][j];
+                }
+                float rq = 1.0f, rk = 1.0f;
+                if (p.l2norm) {
+                    rq = frsqrt(warp_sum(sq) + 1e-6f);
+                    rk = frsqrt(warp_sum(sk) + 1e-6f);
+                }
+                if (i >= L) rq = rk = 0.0f;
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    Qs[i * KP + lane + 32 * j] = to_mma(qv[r][j] * rq);
+                    Ks[i * KP + lane + 32 * j] = to_mma(kv[r][j] * rk);
+                }
+            }
         }
-    }
-    // 1b. log decays and beta (zero past the chunk's length).
+    });
+    // 1b. log decays and beta (zero past the chunk's length); loads first, then the transforms.
     if (tid < CH) {
-        const int i = tid;
-        Bs[i] = i < L ? beta_value(p, ld_f(p.beta, (i64)(t0 + i) * p.HV + hv, p.beta_dt)) : 0.0f;
-        if (!KDA)
-            G[i] = i < L ? gate_value(p, ld_f(p.g, (i64)(t0 + i) * p.HV + hv, p.g_dt), hv, hv)
-                         : 0.0f;
+        const int i = tid, ii = imin(i, L - 1);
+        const float braw = ld_f(p.beta, (i64)(t0 + ii) * p.HV + hv, p.beta_dt);
+        float graw = 0.0f;
+        if (!KDA) graw = ld_f(p.g, (i64)(t0 + ii) * p.HV + hv, p.g_dt);
+        const float bias = KDA ? 0.0f : gate_bias(p, hv);
+        const float a = gate_a(p, hv);
+        Bs[i] = i < L ? beta_value(p, braw) : 0.0f;
+        if (!KDA) G[i] = i < L ? gate_apply(p, graw, bias, a) : 0.0f;
     }
     if (KDA) {
-        for (int idx = tid; idx < CH * KD; idx += NTH) {
-            const int i = idx / KD, d = idx % KD;
-            G[idx] = i < L ? gate_value(p, ld_f(p.g, ((i64)(t0 + i) * p.HV + hv) * KD + d, p.g_dt),
-                                        hv, hv * KD + d)
-                           : 0.0f;
-        }
+        with_dt(p.g_dt, [&](auto D) {
+            constexpr int DT = decltype(D)::value;
+            constexpr int M = CH * KD / NTH / 2;
+            const float a = gate_a(p, hv);
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                float x[M], b[M];
+#pragma unroll
+                for (int m = 0; m < M; ++m) {
+                    const int idx = tid + NTH * (half * M + m), i = idx / KD, d = idx % KD;
+                    x[m] = ldt<DT>(p.g, ((i64)(t0 + imin(i, L - 1)) * p.HV + hv) * KD + d);
+                    b[m] = gate_bias(p, hv * KD + d);
+                }
+#pragma unroll
+                for (int m = 0; m < M; ++m) {
+                    const int idx = tid + NTH * (half * M + m), i = idx / KD;
+                    G[idx] = i < L ? gate_apply(p, x[m], b[m], a) : 0.0f;
+                }
+            }
+        });
     }
     __syncthreads();
     // 1c. Γ = inclusive cumsum over the chunk (f32).
@@ -482,11 +515,24 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv) {
         Qs[i * KP + d] = to_mma(p.scale * from_mma(Qs[i * KP + d]) * fexp(gi));
     }
     if (tid < KD) GLs[tid] = fexp(KDA ? G[63 * KD + tid] : G[63]);
-    for (int idx = tid; idx < CH * VD; idx += NTH) {
-        const int e = idx % VD, i = idx / VD;
-        const float x = i < L ? ld_f(p.v, ((i64)(t0 + i) * p.HV + hv) * VD + e, p.qkv_dt) : 0.0f;
-        VbT[e * CP + i] = to_mma(x);
-    }
+    with_dt(p.qkv_dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
+        constexpr int M = CH * VD / NTH / 2;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float x[M];
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                const int idx = tid + NTH * (half * M + m), e = idx % VD, i = idx / VD;
+                x[m] = ldt<DT>(p.v, ((i64)(t0 + imin(i, L - 1)) * p.HV + hv) * VD + e);
+            }
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                const int idx = tid + NTH * (half * M + m), e = idx % VD, i = idx / VD;
+                VbT[e * CP + i] = to_mma(i < L ? x[m] : 0.0f);
+            }
+        }
+    });
     __syncthreads();
 
     // 5. W = T' (K ⊙ e^Γ) into the Ks slot, U = T' V (f32).
@@ -530,34 +576,43 @@ template <int VT, int NW>
 __device__ __forceinline__ void load_state(const Params& p, float (&acc)[Tiles<KD, VT, NW>::PER][4],
                                            const void* base, int dt, i64 slot, int v0) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (base == nullptr || slot < 0) {
 #pragma unroll
-    for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) {
-        int r, c;
-        tile_rc<KD, VT, NW>(warp, lane, i, r, c);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int d = r + (e >> 1) * 8, v = v0 + c + (e & 1);
-            acc[i][e] = (base != nullptr && slot >= 0)
-                            ? ld_f(base, slot * KD * VD + state_off(p.layout, d, v, KD, VD), dt)
-                            : 0.0f;
-        }
+        for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+        return;
     }
+    with_dt(dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
+#pragma unroll
+        for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) {
+            int r, c;
+            tile_rc<KD, VT, NW>(warp, lane, i, r, c);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int d = r + (e >> 1) * 8, v = v0 + c + (e & 1);
+                acc[i][e] = ldt<DT>(base, slot * KD * VD + state_off(p.layout, d, v, KD, VD));
+            }
+        }
+    });
 }
 template <int VT, int NW>
 __device__ __forceinline__ void store_state(const Params& p,
                                             const float (&acc)[Tiles<KD, VT, NW>::PER][4],
                                             void* base, int dt, i64 slot, int v0) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    with_dt(dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
 #pragma unroll
-    for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) {
-        int r, c;
-        tile_rc<KD, VT, NW>(warp, lane, i, r, c);
+        for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) {
+            int r, c;
+            tile_rc<KD, VT, NW>(warp, lane, i, r, c);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int d = r + (e >> 1) * 8, v = v0 + c + (e & 1);
-            st_f(base, slot * KD * VD + state_off(p.layout, d, v, KD, VD), dt, acc[i][e]);
+            for (int e = 0; e < 4; ++e) {
+                const int d = r + (e >> 1) * 8, v = v0 + c + (e & 1);
+                st1<DT>(base, slot * KD * VD + state_off(p.layout, d, v, KD, VD), acc[i][e]);
+            }
         }
-    }
+    });
 }
 // Sb [VT][KP] = bf16(Sᵀ) for the next products.
 template <int VT, int NW>
@@ -604,17 +659,17 @@ __device__ __forceinline__ void state_chunk(const Params& p, float (&accS)[Tiles
         zero_acc(acc);
         mma_tiles<CH, VT, KD, NW>(acc, Qd, KP, Sb, KP, warp, lane);
         mma_tiles<CH, VT, CH, NW>(acc, Pm, CP, VnT, CP, warp, lane);
+        with_dt(p.out_dt, [&](auto D) {
+            constexpr int DT = decltype(D)::value;
 #pragma unroll
-        for (int i = 0; i < TO::PER; ++i) {
-            int r, c;
-            tile_rc<CH, VT, NW>(warp, lane, i, r, c);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int rr = r + (e >> 1) * 8, cc = c + (e & 1);
-                if (rr < L)
-                    st_f(p.o, ((i64)(t0 + rr) * p.HV + hv) * VD + v0 + cc, p.out_dt, acc[i][e]);
+            for (int i = 0; i < TO::PER; ++i) {
+                int r, c;
+                tile_rc<CH, VT, NW>(warp, lane, i, r, c);
+                const i64 o0 = ((i64)(t0 + r) * p.HV + hv) * VD + v0 + c;
+                if (r < L) st2<DT>(p.o, o0, acc[i][0], acc[i][1]);
+                if (r + 8 < L) st2<DT>(p.o, o0 + (i64)8 * p.HV * VD, acc[i][2], acc[i][3]);
             }
-        }
+        });
     }
     typedef Tiles<KD, VT, NW> TS;
 #pragma unroll

@@ -170,6 +170,8 @@ pub fn compile_options(module: Module, arch: &str, defines: &Defines) -> Vec<Str
     let mut o = vec![
         format!("--gpu-architecture={arch}"),
         "-std=c++17".to_string(),
+        // lambdas without annotations (the dtype dispatch of common.cuh) are device code
+        "-default-device".to_string(),
         "-lineinfo".to_string(),
     ];
     o.extend(defines.options(module));
