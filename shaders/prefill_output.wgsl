@@ -7,7 +7,9 @@
 // vector loads for 16 multiply-adds.
 //
 // Grid: x + y * grid_c = chunk c, z = (hv − hv0) * nvt + value tile (nvt = ceil(V / 64)).
-// Writes: outs[off_o + ((t0 + i) * HV + hv) * V + e] (f32) for i < L, e < V.
+// Writes: outs[off_o + ((t0 + i) * HV + hv) * V + e] (f32) for i < L, e < V; or, when pack_dt
+// names bf16/f16 (the host sets it only for even V, so a word never straddles two rows), the
+// rounded pairs (e, e + 1) straight into the caller's 16-bit o (o16), skipping the pack pass.
 //
 // SAFETY (unchecked module): c < chunks and t0 + L <= T from the chunk table; workspace slots
 // (c * hvb + z) were sized by the host (wsa: ws_slot words, wsu: 64 x V4, wsh: K x V4 a slot, all
@@ -22,6 +24,7 @@ override HEAD_V: u32 = 64u;
 @group(0) @binding(3) var<storage, read> wsu: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> wsh: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> outs: array<f32>;
+@group(0) @binding(6) var<storage, read_write> o16: array<u32>;
 
 var<workgroup> s_a: array<vec4<f32>, 256>;   // [16][64 / 4]: qdecᵀ or Pᵀ rows
 var<workgroup> s_b: array<vec4<f32>, 256>;   // [16][64 / 4]: h or V_new rows
@@ -112,10 +115,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var a = 0u; a < 4u; a++) {
         let i = ty * 4u + a;
         if (i < L) {
-            for (var b = 0u; b < 4u; b++) {
-                let e = e0 + tx * 4u + b;
-                if (e < V) {
-                    outs[prm.off_o + ((t0 + i) * prm.vheads + hv) * V + e] = acc[a][b];
+            let row = ((t0 + i) * prm.vheads + hv) * V;
+            if (prm.pack_dt != 0u) {
+                for (var b = 0u; b < 4u; b += 2u) {
+                    let e = e0 + tx * 4u + b;
+                    if (e < V) {
+                        o16[(row + e) / 2u] = encode16(acc[a][b], prm.pack_dt)
+                            | (encode16(acc[a][b + 1u], prm.pack_dt) << 16u);
+                    }
+                }
+            } else {
+                for (var b = 0u; b < 4u; b++) {
+                    let e = e0 + tx * 4u + b;
+                    if (e < V) {
+                        outs[prm.off_o + row + e] = acc[a][b];
+                    }
                 }
             }
         }

@@ -412,6 +412,10 @@ pub struct Shared {
     pub ckpt16: Option<wgpu::Buffer>,
     pub final16: Option<wgpu::Buffer>,
     pub plan: FinalPlan,
+    /// The prefill output pass writes 16-bit o itself (even V): no pack pass for o.
+    pub o_direct: bool,
+    /// Bound where a stage's optional buffer is absent.
+    pub dummy: wgpu::Buffer,
 }
 
 fn nan16(dt: DType) -> [u8; 2] {
@@ -458,6 +462,7 @@ impl Shared {
             .then(|| poison16(gpu, "ckpt16", p.state_out_dtype, out.ckpt));
         let final16 = (plan == FinalPlan::Dense16)
             .then(|| poison16(gpu, "final16", p.state_out_dtype, out.fin));
+        let o_direct = o16.is_some() && p.mode == Mode::Prefill && p.v.is_multiple_of(2);
         Ok(Shared {
             tables,
             aux,
@@ -467,6 +472,8 @@ impl Shared {
             ckpt16,
             final16,
             plan,
+            o_direct,
+            dummy: gpu.storage("dummy", &[0u8; 16]),
         })
     }
 
@@ -480,8 +487,13 @@ impl Shared {
     ) -> Vec<Dispatch<'a>> {
         let mut v = Vec::new();
         let mut u = uniforms.iter();
+        let o_packed = if self.o_direct {
+            None
+        } else {
+            self.o16.as_ref()
+        };
         for (buf, total) in [
-            (self.o16.as_ref(), self.out.o),
+            (o_packed, self.out.o),
             (self.ckpt16.as_ref(), self.out.ckpt),
             (self.final16.as_ref(), self.out.fin),
         ] {
@@ -522,7 +534,12 @@ impl Shared {
         let base = base_params(p, &self.tables);
         let mut v = Vec::new();
         for (present, off, total, dt) in [
-            (self.o16.is_some(), 0, self.out.o, p.out_dtype),
+            (
+                self.o16.is_some() && !self.o_direct,
+                0,
+                self.out.o,
+                p.out_dtype,
+            ),
             (
                 self.ckpt16.is_some(),
                 self.out.off_ckpt,

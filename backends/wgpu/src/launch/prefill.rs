@@ -132,6 +132,7 @@ impl Prefill {
                 output: gpu.uniform(
                     &Params {
                         nvt: nvt_out,
+                        pack_dt: if sh.o_direct { dt_code(p.out_dtype) } else { 0 },
                         ..common
                     }
                     .words(),
@@ -181,7 +182,17 @@ impl Prefill {
                 v.push(Dispatch {
                     pipeline: &self.output,
                     uniform: &b.output,
-                    storage: vec![&sh.aux, &self.wsa, &self.wsu, &self.wsh, &sh.outs],
+                    storage: vec![
+                        &sh.aux,
+                        &self.wsa,
+                        &self.wsu,
+                        &self.wsh,
+                        &sh.outs,
+                        match (&sh.o16, sh.o_direct) {
+                            (Some(b), true) => b,
+                            _ => &sh.dummy,
+                        },
+                    ],
                     groups: [cx, cy, b.hvb * self.nvt_out],
                     label: "prefill output",
                 });
