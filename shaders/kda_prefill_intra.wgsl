@@ -46,8 +46,10 @@ const AS: u32 = 65u;       // row stride of the A / T matrix
 var<workgroup> s_beta: array<f32, 64>;
 var<workgroup> s_rq: array<f32, 64>;
 var<workgroup> s_rk: array<f32, 64>;
-// A strictly below the diagonal; T = (I + A)^-1 stored transposed above it (T[i][j] at [j][i]).
-var<workgroup> s_at: array<f32, 4160>;
+// A strictly below the diagonal (row stride 65), T = (I + A)^-1 stored transposed above it
+// (T[i][j] at [j][i]); after the solve the same memory holds Tᵀ with row stride 64 (unit
+// diagonal and zeros included) so W/U read four rows of T with one vec4.
+var<workgroup> s_at: array<vec4<f32>, 1040>;
 // Tiles: K, Q and Γ rows (3 x 64 x 17) for the dot products, or a 64 x 33 source tile for W/U.
 var<workgroup> s_x: array<f32, 3264>;
 var<workgroup> s_meta: vec2<u32>;
@@ -71,6 +73,14 @@ fn ld_g(e: u32) -> f32 {
 fn ld_beta(e: u32) -> f32 {
     if (BETA_DT == DT_F32) { return bitcast<f32>(bb[e]); }
     return decode16(bb[e >> 1u], e, BETA_DT);
+}
+
+fn at_get(x: u32) -> f32 {
+    return s_at[x >> 2u][x & 3u];
+}
+
+fn at_set(x: u32, v: f32) {
+    s_at[x >> 2u][x & 3u] = v;
 }
 
 @compute @workgroup_size(256)
@@ -219,7 +229,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 pv = prm.scale * aqk[a * 4u + b] * s_rq[i] * s_rk[j];
             }
             if (j < i) {
-                s_at[i * AS + j] = av;
+                at_set(i * AS + j, av);
             }
             wsa[base_p + j * 64u + i] = pv;
         }
@@ -232,12 +242,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (tid < 64u) {
         let j = tid;
         for (var i = j + 1u; i < L; i++) {
-            var acc = -s_at[i * AS + j];
+            var acc = -at_get(i * AS + j);
             for (var m = j + 1u; m < i; m++) {
-                acc -= s_at[i * AS + m] * s_at[j * AS + m];
+                acc -= at_get(i * AS + m) * at_get(j * AS + m);
             }
-            s_at[j * AS + i] = acc;
+            at_set(j * AS + i, acc);
         }
+    }
+    workgroupBarrier();
+    // Tᵀ[m][i] (row stride 64): T[i][m] for m < i < L, 1 on the diagonal, 0 elsewhere
+    var tv: array<f32, 16>;
+    for (var r = 0u; r < 16u; r++) {
+        let idx = tid + 256u * r;
+        let m = idx / 64u;
+        let i = idx % 64u;
+        var t = 0.0;
+        if (m < i && i < L) {
+            t = at_get(m * AS + i);
+        } else if (m == i) {
+            t = 1.0;
+        }
+        tv[r] = t;
+    }
+    workgroupBarrier();
+    for (var r = 0u; r < 16u; r++) {
+        at_set(tid + 256u * r, tv[r]);
     }
     workgroupBarrier();
 
@@ -269,21 +298,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             s_x[m * XS + cc] = x;
         }
         workgroupBarrier();
-        // out[i] = X[i] + sum_{m < i} T[i][m] X[m] for rows i = 4 ty + a, columns 2 tx + b;
-        // T[i][m] sits at s_at[m][i] (m < i); other positions of that column are masked.
+        // out[i] = sum_{m <= i} T[i][m] X[m] for rows i = 4 ty + a, columns 2 tx + b
         var acc: array<vec2<f32>, 4>;
         for (var a = 0u; a < 4u; a++) { acc[a] = vec2<f32>(0.0); }
         let mend = min(L, ty * 4u + 4u);
         for (var m = 0u; m < mend; m++) {
             let xv = vec2<f32>(s_x[m * XS + tx * 2u], s_x[m * XS + tx * 2u + 1u]);
-            for (var a = 0u; a < 4u; a++) {
-                let i = ty * 4u + a;
-                var t = select(0.0, s_at[m * AS + i], m < i);
-                if (m == i) {
-                    t = 1.0;
-                }
-                acc[a] += t * xv;
-            }
+            let t = s_at[m * 16u + ty];
+            acc[0] += t.x * xv;
+            acc[1] += t.y * xv;
+            acc[2] += t.z * xv;
+            acc[3] += t.w * xv;
         }
         for (var a = 0u; a < 4u; a++) {
             let i = ty * 4u + a;
