@@ -8,9 +8,9 @@ extern "C" __global__ void __launch_bounds__(NTH, 1) gdn_prefill_fused(const Par
     chunked_fused<false>(p);
 }
 
-// small-bh stage 1. grid (table_rows, HV), 256 threads, shared Lay<false>::TOTAL. Chunk-parallel
+// small-bh stage 1. grid (table_rows, HV), 256 threads, shared Lay<false, true>::TOTAL. Chunk-parallel
 // intra products of chunk-table row blockIdx.x into the workspace (WLay); sentinel rows exit.
-extern "C" __global__ void __launch_bounds__(NTH, 1) gdn_prefill_intra(const Params p) {
+extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_intra(const Params p) {
     smallbh_intra<false>(p);
 }
 
@@ -21,5 +21,6 @@ extern "C" __global__ void __launch_bounds__(SNW * 32, 1) gdn_prefill_state(cons
 }
 
 // Sizes the host reads once per loaded module (cuModuleGetGlobal): dynamic shared memory of the
-// fused and intra kernels, of the small-bh state kernel, and the workspace block per (chunk, head).
-extern "C" __device__ int gdn_prefill_sizes[4] = {Lay<false>::TOTAL, SLay::TOTAL, WLay::BLOCK, 0};
+// fused kernel, of the small-bh state kernel, the workspace block per (chunk, head), and the
+// dynamic shared memory of the small-bh intra kernel.
+extern "C" __device__ int gdn_prefill_sizes[4] = {Lay<false>::TOTAL, SLay::TOTAL, WLay::BLOCK, Lay<false, true>::TOTAL};

@@ -102,19 +102,25 @@ template <int M, int N, int KK, int NW>
 __device__ __forceinline__ void mma_tiles(float (&acc)[Tiles<M, N, NW>::PER][4], const u16* A,
                                           int lda, const u16* B, int ldb, int warp, int lane) {
     typedef Tiles<M, N, NW> TL;
+    static_assert(TL::PER % TL::NT == 0 || TL::NT % TL::PER == 0, "tile rows of a warp");
     const int g = lane >> 2, t = (lane & 3) * 2;
 #pragma unroll
     for (int ks = 0; ks < KK / 16; ++ks) {
+        u32 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
 #pragma unroll
         for (int i = 0; i < TL::PER; ++i) {
             const int idx = warp * TL::PER + i;
             const int mt = idx / TL::NT, nt = idx % TL::NT;
-            const u16* a = A + (mt * 16 + g) * lda + ks * 16 + t;
+            // the A fragment changes only when the tile row does (known at compile time: the
+            // warp's first tile starts a row whenever PER is a multiple of NT)
+            if ((TL::PER % TL::NT == 0) ? (i % TL::NT == 0) : (i == 0)) {
+                const u16* a = A + (mt * 16 + g) * lda + ks * 16 + t;
+                a0 = *(const u32*)a;
+                a1 = *(const u32*)(a + 8 * lda);
+                a2 = *(const u32*)(a + 8);
+                a3 = *(const u32*)(a + 8 * lda + 8);
+            }
             const u16* b = B + (nt * 8 + g) * ldb + ks * 16 + t;
-            const u32 a0 = *(const u32*)a;
-            const u32 a1 = *(const u32*)(a + 8 * lda);
-            const u32 a2 = *(const u32*)(a + 8);
-            const u32 a3 = *(const u32*)(a + 8 * lda + 8);
             const u32 b0 = *(const u32*)b;
             const u32 b1 = *(const u32*)(b + 8);
             mma16816(acc[i], a0, a1, a2, a3, b0, b1);
@@ -136,15 +142,16 @@ __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 // is what the state pass reads; the scratch after it is reused: Ks becomes W, Qs becomes q̃ (in
 // place), XT/VbT overwrite A/T once T' is built, and in the fused kernel the state pass puts its
 // bf16 state copy Sb [VD][KP] and V_newᵀ [VD][CP] over the scratch.
-template <bool KDA>
+template <bool KDA, bool DIRECT = false>
 struct Lay {
     static constexpr int UST = VD + 4;                      // row of U (f32)
     static constexpr int WM = 0;                            // Ks -> W   [64][KP] u16
     static constexpr int QD = WM + 64 * KP * 2;             // Qs -> q̃   [64][KP] u16
     static constexpr int KDT = QD + 64 * KP * 2;            // k̃ᵀ        [KD][CP] u16
     static constexpr int PM = KDT + KD * CP * 2;            // P         [64][CP] u16
-    static constexpr int UF = PM + 64 * CP * 2;             // U         [64][UST] f32
-    static constexpr int GL = UF + 64 * UST * 4;            // e^Γlast   [KD] f32
+    static constexpr int UF = PM + (DIRECT ? 0 : 64 * CP * 2);  // U      [64][UST] f32
+    static constexpr int GL = UF + (DIRECT ? 0 : 64 * UST * 4); // e^Γlast [KD] f32
+    // (DIRECT: P and U go from registers straight to the small-bh workspace, not to shared.)
     static constexpr int SCR = align16(GL + KD * 4);        // scratch
     static constexpr int GK = KDA ? KD : 1;
     static constexpr int G = SCR;                           // Γ         [64][GK] f32
@@ -153,8 +160,10 @@ struct Lay {
     static constexpr int TF = AF + 64 * 65 * 4;             // T         [64][65] f32
     static constexpr int TMP = TF + 64 * 65 * 4;            // merge     [3][16][17] f32
     static constexpr int DS = 16;                           // kda channel slice
-    static constexpr int SL = TMP + 3 * 16 * 17 * 4;        // kda: KT [64][DS], QT [64][DS], KH [96][DS]
-    static constexpr int SL_END = SL + (KDA ? 224 * DS * 4 : 0);
+    static constexpr int DSP = DS + 1;                      // padded slice row (bank-conflict free)
+    static constexpr int SL = TMP + 3 * 16 * 17 * 4;        // kda: KT, QT [64][DSP], KH [96][DSP],
+                                                            //      raw k, q, Γ slices [64][DSP]
+    static constexpr int SL_END = SL + (KDA ? 416 * DSP * 4 : 0);
     static constexpr int XT = AF;                           // (K ⊙ e^Γ)ᵀ [KD][CP] u16 (after T')
     static constexpr int VBT = XT + KD * CP * 2;            // Vᵀ        [VD][CP] u16
     static constexpr int TB = align16(imax(SL_END, VBT + VD * CP * 2)); // T' hi, lo [64][CP] u16
@@ -194,15 +203,17 @@ struct WLay {
 // --------------------------------------------------------------------------------- intra stage
 // Computes the state-independent products of the chunk [t0, t0 + L) of value head hv into the
 // arena `sm` (layout Lay<KDA>). All NTH threads; ends without a final barrier.
-template <bool KDA>
-__device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv) {
-    typedef Lay<KDA> LY;
+template <bool KDA, bool DIRECT = false>
+__device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, char* wdst = nullptr) {
+    typedef Lay<KDA, DIRECT> LY;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int h = hv / p.group;
     u16* Ks = (u16*)(sm + LY::WM);
     u16* Qs = (u16*)(sm + LY::QD);
     u16* KdT = (u16*)(sm + LY::KDT);
-    u16* Pm = (u16*)(sm + LY::PM);
+    // P: shared [64][CP], or (DIRECT) the workspace block [64][64].
+    u16* Pm = DIRECT ? (u16*)(wdst + WLay::P) : (u16*)(sm + LY::PM);
+    const int pst = DIRECT ? CH : CP;
     float* Uf = (float*)(sm + LY::UF);
     float* GLs = (float*)(sm + LY::GL);
     float* G = (float*)(sm + LY::G);
@@ -339,14 +350,17 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv) {
                 const int r = r0 + (e >> 1) * 8, c = c0 + (e & 1);
                 const float dec = c <= r ? fexp(G[r] - G[c]) : 0.0f;
                 Af[r * 65 + c] = c < r ? Bs[r] * akk[i][e] * dec : 0.0f;
-                Pm[r * CP + c] = to_mma(c <= r ? p.scale * aqk[i][e] * dec : 0.0f);
+                Pm[r * pst + c] = to_mma(c <= r ? p.scale * aqk[i][e] * dec : 0.0f);
             }
         }
     } else {
-        constexpr int DS = LY::DS;
+        constexpr int DS = LY::DS, SP = LY::DSP;
         float* KTs = (float*)(sm + LY::SL);
-        float* QTs = KTs + 64 * DS;
-        float* KHs = QTs + 64 * DS;
+        float* QTs = KTs + 64 * SP;
+        float* KHs = QTs + 64 * SP;
+        float* KRs = KHs + 96 * SP;
+        float* QRs = KRs + 64 * SP;
+        float* GSs = QRs + 64 * SP;
         // this thread's 4x4 tile of the 64x64 lower triangle (136 tiles); the others zero the
         // 120 upper tiles of P and A.
         int ib = 0, jb = 0;
@@ -368,7 +382,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv) {
             ib = u;
             for (int x = 0; x < 4; ++x)
                 for (int y = 0; y < 4; ++y) {
-                    Pm[(4 * ib + x) * CP + 4 * jb + y] = 0;
+                    Pm[(4 * ib + x) * pst + 4 * jb + y] = 0;
                     Af[(4 * ib + x) * 65 + 4 * jb + y] = 0.0f;
                 }
         }
@@ -381,34 +395,40 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv) {
 #pragma unroll
             for (int y = 0; y < 4; ++y) a[x][y] = pq[x][y] = 0.0f;
         for (int s = 0; s < KD / DS; ++s) {
-            for (int idx = tid; idx < 224 * DS; idx += NTH) {
+            for (int idx = tid; idx < 416 * DS; idx += NTH) {
                 const int row = idx / DS, dd = idx % DS, d = s * DS + dd;
                 if (row < 64) {
                     const int ref = row & ~15;
-                    KTs[row * DS + dd] = from_mma(Ks[row * KP + d]) * fexp(G[row * KD + d] - G[ref * KD + d]);
+                    KTs[row * SP + dd] = from_mma(Ks[row * KP + d]) * fexp(G[row * KD + d] - G[ref * KD + d]);
                 } else if (row < 128) {
                     const int i = row - 64, ref = i & ~15;
-                    QTs[i * DS + dd] = from_mma(Qs[i * KP + d]) * fexp(G[i * KD + d] - G[ref * KD + d]);
-                } else {
+                    QTs[i * SP + dd] = from_mma(Qs[i * KP + d]) * fexp(G[i * KD + d] - G[ref * KD + d]);
+                } else if (row < 224) {
                     const int jj = row - 128;
                     const int ref = jj < 16 ? 16 : (jj < 48 ? 32 : 48);
                     const int j = jj < 16 ? jj : (jj < 48 ? jj - 16 : jj - 48);
-                    KHs[jj * DS + dd] = from_mma(Ks[j * KP + d]) * fexp(G[ref * KD + d] - G[j * KD + d]);
+                    KHs[jj * SP + dd] = from_mma(Ks[j * KP + d]) * fexp(G[ref * KD + d] - G[j * KD + d]);
+                } else if (row < 288) {
+                    KRs[(row - 224) * SP + dd] = from_mma(Ks[(row - 224) * KP + d]);
+                } else if (row < 352) {
+                    QRs[(row - 288) * SP + dd] = from_mma(Qs[(row - 288) * KP + d]);
+                } else {
+                    GSs[(row - 352) * SP + dd] = G[(row - 352) * KD + d];
                 }
             }
             __syncthreads();
             if (active) {
                 if (diag) {
+#pragma unroll 4
                     for (int dd = 0; dd < DS; ++dd) {
-                        const int d = s * DS + dd;
                         float ki[4], qi[4], gi[4], kj[4], gj[4];
 #pragma unroll
                         for (int x = 0; x < 4; ++x) {
-                            ki[x] = from_mma(Ks[(4 * ib + x) * KP + d]);
-                            qi[x] = from_mma(Qs[(4 * ib + x) * KP + d]);
-                            gi[x] = G[(4 * ib + x) * KD + d];
-                            kj[x] = from_mma(Ks[(4 * jb + x) * KP + d]);
-                            gj[x] = G[(4 * jb + x) * KD + d];
+                            ki[x] = KRs[(4 * ib + x) * SP + dd];
+                            qi[x] = QRs[(4 * ib + x) * SP + dd];
+                            gi[x] = GSs[(4 * ib + x) * SP + dd];
+                            kj[x] = KRs[(4 * jb + x) * SP + dd];
+                            gj[x] = GSs[(4 * jb + x) * SP + dd];
                         }
 #pragma unroll
                         for (int x = 0; x < 4; ++x)
@@ -421,13 +441,14 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv) {
                             }
                     }
                 } else {
+#pragma unroll 4
                     for (int dd = 0; dd < DS; ++dd) {
                         float kt[4], qt[4], kh[4];
 #pragma unroll
                         for (int x = 0; x < 4; ++x) {
-                            kt[x] = KTs[(4 * ib + x) * DS + dd];
-                            qt[x] = QTs[(4 * ib + x) * DS + dd];
-                            kh[x] = KHs[(khb + 4 * jb + x) * DS + dd];
+                            kt[x] = KTs[(4 * ib + x) * SP + dd];
+                            qt[x] = QTs[(4 * ib + x) * SP + dd];
+                            kh[x] = KHs[(khb + 4 * jb + x) * SP + dd];
                         }
 #pragma unroll
                         for (int x = 0; x < 4; ++x)
@@ -448,7 +469,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv) {
                 for (int y = 0; y < 4; ++y) {
                     const int r = 4 * ib + x, c = 4 * jb + y;
                     Af[r * 65 + c] = c < r ? Bs[r] * a[x][y] : 0.0f;
-                    Pm[r * CP + c] = to_mma(c <= r ? p.scale * pq[x][y] : 0.0f);
+                    Pm[r * pst + c] = to_mma(c <= r ? p.scale * pq[x][y] : 0.0f);
                 }
         }
     }
@@ -562,10 +583,16 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv) {
         for (int i = 0; i < TU::PER; ++i) {
             int r, c;
             tile_rc<CH, VD, NTH / 32>(warp, lane, i, r, c);
-            Uf[r * LY::UST + c] = acc[i][0];
-            Uf[r * LY::UST + c + 1] = acc[i][1];
-            Uf[(r + 8) * LY::UST + c] = acc[i][2];
-            Uf[(r + 8) * LY::UST + c + 1] = acc[i][3];
+            if (DIRECT) {
+                float* U = (float*)(wdst + WLay::U);
+                *(float2*)(U + r * VD + c) = make_float2(acc[i][0], acc[i][1]);
+                *(float2*)(U + (r + 8) * VD + c) = make_float2(acc[i][2], acc[i][3]);
+            } else {
+                Uf[r * LY::UST + c] = acc[i][0];
+                Uf[r * LY::UST + c + 1] = acc[i][1];
+                Uf[(r + 8) * LY::UST + c] = acc[i][2];
+                Uf[(r + 8) * LY::UST + c + 1] = acc[i][3];
+            }
         }
     }
 }
@@ -737,16 +764,16 @@ __device__ void chunked_fused(const Params& p) {
 template <bool KDA>
 __device__ void smallbh_intra(const Params& p) {
     extern __shared__ __align__(16) char sm[];
-    typedef Lay<KDA> LY;
+    typedef Lay<KDA, true> LY;
     const int row = blockIdx.x, hv = blockIdx.y, tid = threadIdx.x;
     const int n = p.chunk_table[2 * row], c = p.chunk_table[2 * row + 1];
     if (n < 0) return;
     const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
     const int t0 = (int)bos + c * CH;
     const int L = imin(CH, (int)(eos - t0));
-    intra_chunk<KDA>(p, sm, t0, L, hv);
-    __syncthreads();
     char* dst = (char*)p.work + ((i64)row * p.HV + hv) * WLay::BLOCK;
+    intra_chunk<KDA, true>(p, sm, t0, L, hv, dst);
+    __syncthreads();
     for (int u = tid; u < 64 * (KD / 8); u += NTH) {
         const int r = u / (KD / 8), q = u % (KD / 8);
         *(uint4*)(dst + WLay::W + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::WM + r * KP * 2 + q * 16);
@@ -755,14 +782,6 @@ __device__ void smallbh_intra(const Params& p) {
     for (int u = tid; u < KD * 8; u += NTH) {
         const int r = u >> 3, q = u & 7;
         *(uint4*)(dst + WLay::KT + r * 128 + q * 16) = *(const uint4*)(sm + LY::KDT + r * CP * 2 + q * 16);
-    }
-    for (int u = tid; u < 64 * 8; u += NTH) {
-        const int r = u >> 3, q = u & 7;
-        *(uint4*)(dst + WLay::P + r * 128 + q * 16) = *(const uint4*)(sm + LY::PM + r * CP * 2 + q * 16);
-    }
-    for (int u = tid; u < 64 * (VD / 4); u += NTH) {
-        const int r = u / (VD / 4), q = u % (VD / 4);
-        *(uint4*)(dst + WLay::U + r * VD * 4 + q * 16) = *(const uint4*)(sm + LY::UF + r * LY::UST * 4 + q * 16);
     }
     for (int u = tid; u < KD / 4; u += NTH)
         *(uint4*)(dst + WLay::GL + u * 16) = *(const uint4*)(sm + LY::GL + u * 16);

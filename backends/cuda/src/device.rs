@@ -60,8 +60,8 @@ impl Drop for DeviceBuffer {
 pub struct Loaded {
     module: sys::CUmodule,
     funcs: Vec<(&'static str, sys::CUfunction)>,
-    /// Prefill modules: [fused/intra shared bytes, small-bh state shared bytes, workspace block
-    /// bytes per (chunk, value head), 0].
+    /// Prefill modules: [fused shared bytes, small-bh state shared bytes, workspace block bytes
+    /// per (chunk, value head), small-bh intra shared bytes].
     pub sizes: [i32; 4],
 }
 
@@ -122,7 +122,7 @@ pub fn load(
             .map_err(|e| drv("read size table", e))?;
         loaded.sizes = sizes;
     }
-    let dynamic = loaded.sizes[0].max(loaded.sizes[1]);
+    let dynamic = loaded.sizes[0].max(loaded.sizes[1]).max(loaded.sizes[3]);
     if dynamic > max_smem {
         return Err(Error::unsupported(
             BackendKind::Cuda,

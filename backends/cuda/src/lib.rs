@@ -314,7 +314,7 @@ impl CudaBackend {
                     &intra,
                     (rows, hv, 1),
                     256,
-                    main.sizes[0] as u32,
+                    main.sizes[3] as u32,
                     stream,
                     &prm,
                 )?;
