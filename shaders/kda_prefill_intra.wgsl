@@ -237,11 +237,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     storageBarrier();
     workgroupBarrier();
 
-    // 3. T = (I + A)^-1 by forward substitution, one column per invocation:
-    //    T[i][j] = -A[i][j] - sum_{j < m < i} A[i][m] T[m][j], stored at s_at[j][i].
+    // 3. T = (I + A)^-1, unit lower triangular, by blocks of 16 (T[i][j] stored at s_at[j][i]):
+    //    the four diagonal blocks by forward substitution, one column per invocation,
+    //    T[i][j] = -A[i][j] - sum_{j < m < i} A[i][m] T[m][j]; then the blocks below them by
+    //    distance, T_IJ = -T_II sum_{J <= K < I} A_IK T_KJ (rows >= L have A = 0: identity).
     if (tid < 64u) {
         let j = tid;
-        for (var i = j + 1u; i < L; i++) {
+        let bend = (j / 16u) * 16u + 16u;
+        for (var i = j + 1u; i < bend; i++) {
             var acc = -at_get(i * AS + j);
             for (var m = j + 1u; m < i; m++) {
                 acc -= at_get(i * AS + m) * at_get(j * AS + m);
@@ -250,6 +253,41 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     workgroupBarrier();
+    for (var dist = 1u; dist < 4u; dist++) {
+        let nb = 4u - dist;
+        // X_IJ = sum_K A_IK T_KJ into s_x (free during the solve), block (I, J) = (J + dist, J)
+        for (var idx = tid; idx < nb * 256u; idx += 256u) {
+            let bj = idx / 256u;
+            let bi = bj + dist;
+            let i = bi * 16u + (idx % 256u) / 16u;
+            let j = bj * 16u + idx % 16u;
+            var x = 0.0;
+            for (var k = bj * 16u; k < bi * 16u; k++) {
+                var t = 0.0;
+                if (k == j) {
+                    t = 1.0;
+                } else if (k > j) {
+                    t = at_get(j * AS + k);
+                }
+                x += at_get(i * AS + k) * t;
+            }
+            s_x[idx] = x;
+        }
+        workgroupBarrier();
+        for (var idx = tid; idx < nb * 256u; idx += 256u) {
+            let bj = idx / 256u;
+            let bi = bj + dist;
+            let r = (idx % 256u) / 16u;
+            let i = bi * 16u + r;
+            let j = bj * 16u + idx % 16u;
+            var acc = s_x[idx];
+            for (var rr = 0u; rr < r; rr++) {
+                acc += at_get((bi * 16u + rr) * AS + i) * s_x[bj * 256u + rr * 16u + idx % 16u];
+            }
+            at_set(j * AS + i, -acc);
+        }
+        workgroupBarrier();
+    }
     // Tᵀ[m][i] (row stride 64): T[i][m] for m < i < L, 1 on the diagonal, 0 elsewhere
     var tv: array<f32, 16>;
     for (var r = 0u; r < 16u; r++) {
