@@ -19,6 +19,8 @@ if [ -z "${VK_DRIVER_FILES:-}" ]; then
 fi
 echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-(unset: default loader search)}"
 export WGPU_BACKEND=vulkan
+# the NVIDIA adapter or nothing: a missing ICD must fail fast, not fall back to llvmpipe
+export DELTARULE_WGPU_ADAPTER=${DELTARULE_WGPU_ADAPTER:-NVIDIA}
 # never the validation layers (false errors for naga 30's SPIR-V on Debian's layers)
 unset WGPU_VALIDATION VK_INSTANCE_LAYERS
 BIN=${BIN:-./target/release/deltarule}
