@@ -98,7 +98,10 @@ fn engine_for(names: &[String]) -> Engine {
             kinds.push(k);
         }
     }
-    Engine::new(&EngineOptions { backends: kinds })
+    Engine::new(&EngineOptions {
+        backends: kinds,
+        ..EngineOptions::default()
+    })
 }
 
 /// `--gdn-prefill-backend` / `--kda-prefill-backend` apply to the prefill of their op.
