@@ -22,6 +22,40 @@ pub struct HostTensor {
     pub data: TensorData,
 }
 
+/// f64 to f32 with round-to-odd: with a final rounding to a format of at most 22 significand
+/// bits (bf16, f16) it gives the correctly rounded (nearest-even) result, which rounding through
+/// a round-to-nearest f32 does not (`half`'s `from_f64` rounds twice).
+fn f64_to_f32_odd(x: f64) -> f32 {
+    let r = x as f32;
+    if !r.is_finite() || r as f64 == x || x.is_nan() {
+        return r;
+    }
+    if r == 0.0 {
+        // the smallest subnormal with x's sign (odd, and on x's side of zero)
+        return f32::from_bits(1 | (x.is_sign_negative() as u32) << 31);
+    }
+    let bits = r.to_bits();
+    if bits & 1 == 1 {
+        return r;
+    }
+    // move one ulp toward x: away from zero when |x| > |r|, toward zero otherwise
+    if x.abs() > (r as f64).abs() {
+        f32::from_bits(bits + 1)
+    } else {
+        f32::from_bits(bits - 1)
+    }
+}
+
+/// Correctly rounded (nearest-even) f64 to bf16.
+pub fn bf16_from_f64(x: f64) -> bf16 {
+    bf16::from_f32(f64_to_f32_odd(x))
+}
+
+/// Correctly rounded (nearest-even) f64 to f16.
+pub fn f16_from_f64(x: f64) -> f16 {
+    f16::from_f32(f64_to_f32_odd(x))
+}
+
 fn numel_of(shape: &[usize]) -> usize {
     shape.iter().product()
 }
@@ -47,8 +81,8 @@ impl HostTensor {
         let data = match dtype {
             DType::F64 => TensorData::F64(values.to_vec()),
             DType::F32 => TensorData::F32(values.iter().map(|&x| x as f32).collect()),
-            DType::F16 => TensorData::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
-            DType::BF16 => TensorData::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F16 => TensorData::F16(values.iter().map(|&x| f16_from_f64(x)).collect()),
+            DType::BF16 => TensorData::BF16(values.iter().map(|&x| bf16_from_f64(x)).collect()),
             DType::I32 => TensorData::I32(values.iter().map(|&x| x as i32).collect()),
             DType::I64 => TensorData::I64(values.iter().map(|&x| x as i64).collect()),
         };
@@ -275,11 +309,11 @@ impl HostTensor {
             TensorData::F16(d) => d[r]
                 .iter_mut()
                 .zip(values)
-                .for_each(|(o, &x)| *o = f16::from_f64(x)),
+                .for_each(|(o, &x)| *o = f16_from_f64(x)),
             TensorData::BF16(d) => d[r]
                 .iter_mut()
                 .zip(values)
-                .for_each(|(o, &x)| *o = bf16::from_f64(x)),
+                .for_each(|(o, &x)| *o = bf16_from_f64(x)),
             TensorData::I32(d) => d[r]
                 .iter_mut()
                 .zip(values)
@@ -317,5 +351,38 @@ impl HostTensor {
                 .zip(values)
                 .for_each(|(o, &x)| *o = x as i64),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sixteen_bit_rounding_is_correct_to_nearest_even() {
+        // just above the tie between two bf16 values: must round up in magnitude
+        let x = -0.767578363f64;
+        assert_eq!(bf16_from_f64(x).to_f32(), -0.769_531_25);
+        // exact ties go to even
+        assert_eq!(bf16_from_f64(1.0 + 2f64.powi(-8)).to_f64(), 1.0);
+        assert_eq!(bf16_from_f64(1.0 + 3.0 * 2f64.powi(-8)).to_f64(), 1.0 + 2f64.powi(-6));
+        // f16 just above a tie
+        assert_eq!(f16_from_f64(1.0 + 2f64.powi(-11) + 1e-9).to_f64(), 1.0 + 2f64.powi(-10));
+        assert_eq!(f16_from_f64(1.0 + 2f64.powi(-11)).to_f64(), 1.0);
+        // exhaustive against a direct nearest-even search on a sweep
+        for i in 0..200_000u32 {
+            let x = (i as f64 * 0.618_033_988_749_894_9).sin() * 3.0 + (i as f64) * 1e-7;
+            let b = bf16_from_f64(x).to_f64();
+            let below = bf16::from_bits(bf16::from_f64(x).to_bits().wrapping_sub(1)).to_f64();
+            let above = bf16::from_bits(bf16::from_f64(x).to_bits().wrapping_add(1)).to_f64();
+            for c in [below, above] {
+                if c.is_finite() {
+                    assert!((b - x).abs() <= (c - x).abs(), "x {x}: {b} vs {c}");
+                }
+            }
+        }
+        assert_eq!(bf16_from_f64(0.0).to_bits(), 0);
+        assert!(bf16_from_f64(f64::NAN).is_nan());
+        assert_eq!(bf16_from_f64(1e-300).to_f64(), 0.0);
     }
 }
