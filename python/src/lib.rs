@@ -138,15 +138,18 @@ fn engine(device: usize) -> PyResult<Arc<Engine>> {
     Ok(e)
 }
 
-type WsKey = (usize, u64, u64);
+type WsKey = (usize, u64);
 
 fn workspaces() -> &'static Mutex<HashMap<WsKey, Workspace>> {
     static W: OnceLock<Mutex<HashMap<WsKey, Workspace>>> = OnceLock::new();
     W.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// A hash of everything that sizes the workspace. One workspace per (device, stream, problem
-/// signature), never freed or moved, so a captured CUDA graph keeps valid pointers.
+/// A hash of everything that sizes the workspace. One workspace per (device, problem signature),
+/// never freed or moved, so a CUDA graph captured after an eager warm-up (on any stream: torch
+/// captures on its own side stream) keeps valid pointers. Two streams running the same problem
+/// signature at the same time would share it: serve one layer at a time per signature (what
+/// serving engines do) or give each stream its own problem sizes.
 fn signature(p: &Problem, backend: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (p.op, p.mode, p.seqs, p.tokens, p.h, p.hv, p.k, p.v).hash(&mut h);
@@ -213,7 +216,7 @@ fn launch(
         state_out: ptrs[11],
         checkpoints: ptrs[12],
     };
-    let key = (device, stream, signature(&p, backend));
+    let key = (device, signature(&p, backend));
     // the launch only enqueues work; release the GIL around it
     py.detach(|| {
         let mut map = workspaces()
