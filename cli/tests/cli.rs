@@ -264,7 +264,7 @@ fn patch_metadata(c: &Case, kv: &[(&str, &str)]) -> Vec<u8> {
         json["__metadata__"][*k] = serde_json::Value::String(v.to_string());
     }
     let mut h = serde_json::to_string(&json).expect("json");
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();

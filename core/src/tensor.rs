@@ -365,9 +365,15 @@ mod tests {
         assert_eq!(bf16_from_f64(x).to_f32(), -0.769_531_25);
         // exact ties go to even
         assert_eq!(bf16_from_f64(1.0 + 2f64.powi(-8)).to_f64(), 1.0);
-        assert_eq!(bf16_from_f64(1.0 + 3.0 * 2f64.powi(-8)).to_f64(), 1.0 + 2f64.powi(-6));
+        assert_eq!(
+            bf16_from_f64(1.0 + 3.0 * 2f64.powi(-8)).to_f64(),
+            1.0 + 2f64.powi(-6)
+        );
         // f16 just above a tie
-        assert_eq!(f16_from_f64(1.0 + 2f64.powi(-11) + 1e-9).to_f64(), 1.0 + 2f64.powi(-10));
+        assert_eq!(
+            f16_from_f64(1.0 + 2f64.powi(-11) + 1e-9).to_f64(),
+            1.0 + 2f64.powi(-10)
+        );
         assert_eq!(f16_from_f64(1.0 + 2f64.powi(-11)).to_f64(), 1.0);
         // exhaustive against a direct nearest-even search on a sweep
         for i in 0..200_000u32 {

@@ -62,11 +62,31 @@ fn no(kind: BackendKind, why: &str) -> DeviceState {
 
 fn device_sets() -> Vec<Vec<DeviceState>> {
     vec![
-        vec![cpu(), no(BackendKind::Wgpu, "no adapter"), no(BackendKind::Cuda, "libcuda not found")],
-        vec![cpu(), DeviceState::Available(wgpu_caps(32, 8)), no(BackendKind::Cuda, "none")],
-        vec![cpu(), DeviceState::Available(wgpu_caps(48, 32)), no(BackendKind::Cuda, "none")],
-        vec![cpu(), no(BackendKind::Wgpu, "none"), DeviceState::Available(cuda_caps(9, 0, 132))],
-        vec![cpu(), no(BackendKind::Wgpu, "none"), DeviceState::Available(cuda_caps(8, 6, 84))],
+        vec![
+            cpu(),
+            no(BackendKind::Wgpu, "no adapter"),
+            no(BackendKind::Cuda, "libcuda not found"),
+        ],
+        vec![
+            cpu(),
+            DeviceState::Available(wgpu_caps(32, 8)),
+            no(BackendKind::Cuda, "none"),
+        ],
+        vec![
+            cpu(),
+            DeviceState::Available(wgpu_caps(48, 32)),
+            no(BackendKind::Cuda, "none"),
+        ],
+        vec![
+            cpu(),
+            no(BackendKind::Wgpu, "none"),
+            DeviceState::Available(cuda_caps(9, 0, 132)),
+        ],
+        vec![
+            cpu(),
+            no(BackendKind::Wgpu, "none"),
+            DeviceState::Available(cuda_caps(8, 6, 84)),
+        ],
         vec![
             cpu(),
             DeviceState::Available(wgpu_caps(48, 32)),
@@ -123,7 +143,13 @@ fn rule_ids_are_unique_and_name_their_row() {
     ids.dedup();
     assert_eq!(ids.len(), n, "duplicate rule ids");
     for r in RULES {
-        let want = format!("{}.{}.{}.{}", r.backend, r.op.name(), r.mode.name(), r.kernel);
+        let want = format!(
+            "{}.{}.{}.{}",
+            r.backend,
+            r.op.name(),
+            r.mode.name(),
+            r.kernel
+        );
         assert!(r.id.starts_with(&want), "{} should start with {want}", r.id);
         assert!(!r.note.is_empty(), "{} has no note", r.id);
     }
@@ -144,7 +170,11 @@ fn every_op_and_mode_has_a_cpu_reference_row() {
             // the universal last resort: no other auto row has a larger priority number
             for other in RULES.iter().filter(|o| o.op == op && o.mode == mode) {
                 if other.auto_when != AutoWhen::Never {
-                    assert!(other.priority <= r.priority, "{} ranks after the reference", other.id);
+                    assert!(
+                        other.priority <= r.priority,
+                        "{} ranks after the reference",
+                        other.id
+                    );
                 }
             }
         }
@@ -153,38 +183,62 @@ fn every_op_and_mode_has_a_cpu_reference_row() {
 
 fn arb_problem() -> impl Strategy<Value = Problem> {
     (
-        (0usize..2, 0usize..2, 1usize..4, 1usize..5, 16usize..=256, 16usize..=256),
-        (0usize..3, 0usize..3, any::<bool>(), 0usize..3, 0usize..3, 0usize..2),
+        (
+            0usize..2,
+            0usize..2,
+            1usize..4,
+            1usize..5,
+            16usize..=256,
+            16usize..=256,
+        ),
+        (
+            0usize..3,
+            0usize..3,
+            any::<bool>(),
+            0usize..3,
+            0usize..3,
+            0usize..2,
+        ),
         (0usize..3, 0usize..3, 0usize..3, any::<bool>(), 0usize..4),
     )
-        .prop_map(|((op, mode, h, g, k, v), (gate, beta, l2, init, fin, layout), (qkv, sd, out, ck, lb))| {
-            let op = Op::ALL[op];
-            let mut p = Problem::new(op, Mode::ALL[mode], 3, 100, h, h * g, k, v);
-            p.gate = match (gate, op) {
-                (1, _) => Gate::Softplus,
-                (2, Op::Kda) => Gate::LowerBound([-5.0, -0.5, -20.0, -1e-3][lb]),
-                _ => Gate::Log,
-            };
-            p.a_log = matches!(p.gate, Gate::Softplus | Gate::LowerBound(_));
-            p.beta = deltarule_core::BetaMode::ALL[beta];
-            p.l2norm = l2;
-            p.layout = StateLayout::ALL[layout];
-            p.qkv_dtype = [DType::BF16, DType::F16, DType::F32][qkv];
-            p.out_dtype = [DType::BF16, DType::F16, DType::F32][out];
-            let sdt = [DType::F32, DType::BF16, DType::F16][sd];
-            p.state_in_dtype = sdt;
-            p.state_out_dtype = sdt;
-            p.initial = [InitialState::None, InitialState::Dense, InitialState::Pool { rows: 5 }][init];
-            p.final_state = match (fin, init) {
-                (_, 2) => FinalState::InPlace,
-                (0, _) => FinalState::None,
-                _ => FinalState::Dense,
-            };
-            if ck {
-                p.checkpoint_every = Some(1 + lb * 17);
-            }
-            p
-        })
+        .prop_map(
+            |(
+                (op, mode, h, g, k, v),
+                (gate, beta, l2, init, fin, layout),
+                (qkv, sd, out, ck, lb),
+            )| {
+                let op = Op::ALL[op];
+                let mut p = Problem::new(op, Mode::ALL[mode], 3, 100, h, h * g, k, v);
+                p.gate = match (gate, op) {
+                    (1, _) => Gate::Softplus,
+                    (2, Op::Kda) => Gate::LowerBound([-5.0, -0.5, -20.0, -1e-3][lb]),
+                    _ => Gate::Log,
+                };
+                p.a_log = matches!(p.gate, Gate::Softplus | Gate::LowerBound(_));
+                p.beta = deltarule_core::BetaMode::ALL[beta];
+                p.l2norm = l2;
+                p.layout = StateLayout::ALL[layout];
+                p.qkv_dtype = [DType::BF16, DType::F16, DType::F32][qkv];
+                p.out_dtype = [DType::BF16, DType::F16, DType::F32][out];
+                let sdt = [DType::F32, DType::BF16, DType::F16][sd];
+                p.state_in_dtype = sdt;
+                p.state_out_dtype = sdt;
+                p.initial = [
+                    InitialState::None,
+                    InitialState::Dense,
+                    InitialState::Pool { rows: 5 },
+                ][init];
+                p.final_state = match (fin, init) {
+                    (_, 2) => FinalState::InPlace,
+                    (0, _) => FinalState::None,
+                    _ => FinalState::Dense,
+                };
+                if ck {
+                    p.checkpoint_every = Some(1 + lb * 17);
+                }
+                p
+            },
+        )
 }
 
 proptest! {
@@ -218,9 +272,8 @@ fn no_row_is_unreachable() {
             if p.op != r.op || p.mode != r.mode {
                 return None;
             }
-            sets.iter().find(|ds| {
-                select(p, ds, pref, Some(*len)).chosen.map(|c| c.id) == Some(r.id)
-            })
+            sets.iter()
+                .find(|ds| select(p, ds, pref, Some(*len)).chosen.map(|c| c.id) == Some(r.id))
         });
         assert!(
             witness.is_some(),
@@ -236,10 +289,25 @@ fn explicit_choices_that_do_not_fit_are_errors_with_reasons() {
     let mut p = Problem::new(Op::Kda, Mode::Prefill, 1, 8192, 32, 32, 128, 128);
     p.state_in_dtype = DType::BF16;
     p.state_out_dtype = DType::BF16;
-    let devices = vec![cpu(), no(BackendKind::Wgpu, "no adapter"), no(BackendKind::Cuda, "libcuda not found (searched libcuda.so.1)")];
+    let devices = vec![
+        cpu(),
+        no(BackendKind::Wgpu, "no adapter"),
+        no(
+            BackendKind::Cuda,
+            "libcuda not found (searched libcuda.so.1)",
+        ),
+    ];
     for choice in ["cuda:small-bh", "cuda", "wgpu:chunked"] {
-        let sel = select(&p, &devices, Preference::parse(choice).expect("parse"), Some(8192));
-        assert!(sel.chosen.is_none(), "{choice} must not be chosen without its device");
+        let sel = select(
+            &p,
+            &devices,
+            Preference::parse(choice).expect("parse"),
+            Some(8192),
+        );
+        assert!(
+            sel.chosen.is_none(),
+            "{choice} must not be chosen without its device"
+        );
         match sel.rule() {
             Err(Error::NoEligibleRule { choice: c, reasons }) => {
                 assert_eq!(c, choice);
@@ -257,11 +325,20 @@ fn explicit_choices_that_do_not_fit_are_errors_with_reasons() {
     let mut q = p.clone();
     q.k = 96;
     q.v = 96;
-    let sel = select(&q, &device_sets()[3], Preference::Backend(BackendKind::Cuda), Some(8192));
+    let sel = select(
+        &q,
+        &device_sets()[3],
+        Preference::Backend(BackendKind::Cuda),
+        Some(8192),
+    );
     for (r, v) in &sel.trace {
         if r.backend == BackendKind::Cuda {
             let rejects = v.as_ref().expect_err("96 is not a fast head dim");
-            assert!(rejects.iter().any(|x| matches!(x, Reject::HeadDim { .. })), "{:?}", rejects);
+            assert!(
+                rejects.iter().any(|x| matches!(x, Reject::HeadDim { .. })),
+                "{:?}",
+                rejects
+            );
         }
     }
 }
@@ -269,9 +346,15 @@ fn explicit_choices_that_do_not_fit_are_errors_with_reasons() {
 #[test]
 fn unknown_backend_names_are_invalid_arguments() {
     for bad in ["gpu", "cuda:fast", "cpu:", ""] {
-        assert!(matches!(Preference::parse(bad), Err(Error::InvalidArgument { .. })), "{bad}");
+        assert!(
+            matches!(Preference::parse(bad), Err(Error::InvalidArgument { .. })),
+            "{bad}"
+        );
     }
-    assert_eq!(Preference::parse("cuda:small-bh").expect("ok"), Preference::Kernel(BackendKind::Cuda, Kernel::SmallBh));
+    assert_eq!(
+        Preference::parse("cuda:small-bh").expect("ok"),
+        Preference::Kernel(BackendKind::Cuda, Kernel::SmallBh)
+    );
 }
 
 #[test]
@@ -288,7 +371,8 @@ fn the_rendered_table_matches_the_snapshot() {
     );
 }
 
-const BEGIN: &str = "<!-- rules:begin (generated by `deltarule rules --markdown`; a test keeps it in sync) -->\n";
+const BEGIN: &str =
+    "<!-- rules:begin (generated by `deltarule rules --markdown`; a test keeps it in sync) -->\n";
 const END: &str = "<!-- rules:end -->";
 
 #[test]
@@ -301,9 +385,18 @@ fn the_readme_table_matches_the_rules() {
     let table = render_markdown();
     let current = &readme[a + BEGIN.len()..b];
     if bless() && current != table {
-        let new = format!("{}{}{}{}", &readme[..a + BEGIN.len()], table, "", &readme[b..]);
+        let new = format!(
+            "{}{}{}{}",
+            &readme[..a + BEGIN.len()],
+            table,
+            "",
+            &readme[b..]
+        );
         std::fs::write(&path, new).expect("write README");
         return;
     }
-    assert_eq!(current, table, "README rules table is stale: DELTARULE_BLESS=1 cargo test -p deltarule-tests --test rules");
+    assert_eq!(
+        current, table,
+        "README rules table is stale: DELTARULE_BLESS=1 cargo test -p deltarule-tests --test rules"
+    );
 }
