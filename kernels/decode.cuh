@@ -39,10 +39,13 @@ __device__ __forceinline__ void unit_pos(int layout, int u, int v0, int& d, int&
         o = (i64)(v0 + e) * KD + d;
     }
 }
+// `mid()` runs between issuing the loads and storing them (other loads overlap with these).
+template <class Mid>
 __device__ __forceinline__ void tile_load(const Params& p, float (*S)[DVT + 1], const void* base,
-                                          int dt, i64 slot, int v0) {
+                                          int dt, i64 slot, int v0, Mid&& mid) {
     const int tid = threadIdx.x;
     if (base == nullptr || slot < 0) {
+        mid();
         for (int idx = tid; idx < KD * DVT; idx += DTH) S[idx / DVT][idx % DVT] = 0.0f;
         return;
     }
@@ -65,6 +68,7 @@ __device__ __forceinline__ void tile_load(const Params& p, float (*S)[DVT + 1], 
                 for (int z = 0; z < 4; ++z) x[m][z] = DT == DT_BF16 ? bf16_to_f32(hs[z]) : f16_to_f32(hs[z]);
             }
         }
+        mid();
 #pragma unroll
         for (int m = 0; m < TU; ++m) {
             int d, e;
@@ -116,58 +120,67 @@ __device__ void recurrent(const Params& p) {
     const int v0 = blockIdx.x * DVT, hv = blockIdx.y, n = blockIdx.z;
     const int h = hv / p.group;
     const int col = tid / DP, pp = tid % DP;
+    const i64 bos = ld_i(p.cu_seqlens, n, p.off_dt), eos = ld_i(p.cu_seqlens, n + 1, p.off_dt);
+    // One token's inputs into shared memory: k and q (L2-normalised), the decay factors, the v
+    // tile and beta (one role per warp).
+    auto load_token = [&](i64 t) {
+            if (warp < 2) {
+                const void* src = warp == 0 ? p.k : p.q;
+                float* dst = warp == 0 ? ks : qs;
+                with_dt(p.qkv_dt, [&](auto D) {
+                    constexpr int DT = decltype(D)::value;
+                    float x[KD / 32];
+                    float ss = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < KD / 32; ++j) x[j] = ldt<DT>(src, ((i64)t * p.H + h) * KD + lane + 32 * j);
+#pragma unroll
+                    for (int j = 0; j < KD / 32; ++j) ss += x[j] * x[j];
+                    float r = 1.0f;
+                    if (p.l2norm) {
+                        float y;
+                        asm("rsqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(warp_sum(ss) + 1e-6f));
+                        r = y;
+                    }
+#pragma unroll
+                    for (int j = 0; j < KD / 32; ++j) dst[lane + 32 * j] = x[j] * r;
+                });
+            } else if (warp == 2) {
+                with_dt(p.g_dt, [&](auto D) {
+                    constexpr int DT = decltype(D)::value;
+                    float x[KD / 32], b[KD / 32];
+#pragma unroll
+                    for (int j = 0; j < KD / 32; ++j) {
+                        const int d = lane + 32 * j;
+                        x[j] = KDA ? ldt<DT>(p.g, ((i64)t * p.HV + hv) * KD + d) : ldt<DT>(p.g, (i64)t * p.HV + hv);
+                        b[j] = gate_bias(p, KDA ? hv * KD + d : hv);
+                    }
+                    const float a = gate_a(p, hv);
+#pragma unroll
+                    for (int j = 0; j < KD / 32; ++j) dec[lane + 32 * j] = fexp(gate_apply(p, x[j], b[j], a));
+                });
+            } else {
+                float vv = 0.0f, bb = 0.0f;
+                with_dt(p.qkv_dt, [&](auto D) {
+                    vv = ldt<decltype(D)::value>(p.v, ((i64)t * p.HV + hv) * VD + v0 + lane);
+                });
+                if (lane == 0) bb = ld_f(p.beta, (i64)t * p.HV + hv, p.beta_dt);
+                vs[lane] = vv;
+                if (lane == 0) bsh = beta_value(p, bb);
+            }
+    };
     const i64 rin = initial_row(p, n);
-    tile_load(p, S, p.state_in, p.s_in_dt, rin < 0 ? -1 : rin * p.HV + hv, v0);
+    tile_load(p, S, p.state_in, p.s_in_dt, rin < 0 ? -1 : rin * p.HV + hv, v0, [&]() {
+        if (bos < eos) load_token(bos);
+    });
     __syncthreads();
     float s[DJ];
 #pragma unroll
     for (int j = 0; j < DJ; ++j) s[j] = S[j * DP + pp][col];
-    const i64 bos = ld_i(p.cu_seqlens, n, p.off_dt), eos = ld_i(p.cu_seqlens, n + 1, p.off_dt);
     for (i64 t = bos; t < eos; ++t) {
-        if (warp < 2) {
-            const void* src = warp == 0 ? p.k : p.q;
-            float* dst = warp == 0 ? ks : qs;
-            with_dt(p.qkv_dt, [&](auto D) {
-                constexpr int DT = decltype(D)::value;
-                float x[KD / 32];
-                float ss = 0.0f;
-#pragma unroll
-                for (int j = 0; j < KD / 32; ++j) x[j] = ldt<DT>(src, ((i64)t * p.H + h) * KD + lane + 32 * j);
-#pragma unroll
-                for (int j = 0; j < KD / 32; ++j) ss += x[j] * x[j];
-                float r = 1.0f;
-                if (p.l2norm) {
-                    float y;
-                    asm("rsqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(warp_sum(ss) + 1e-6f));
-                    r = y;
-                }
-#pragma unroll
-                for (int j = 0; j < KD / 32; ++j) dst[lane + 32 * j] = x[j] * r;
-            });
-        } else if (warp == 2) {
-            with_dt(p.g_dt, [&](auto D) {
-                constexpr int DT = decltype(D)::value;
-                float x[KD / 32], b[KD / 32];
-#pragma unroll
-                for (int j = 0; j < KD / 32; ++j) {
-                    const int d = lane + 32 * j;
-                    x[j] = KDA ? ldt<DT>(p.g, ((i64)t * p.HV + hv) * KD + d) : ldt<DT>(p.g, (i64)t * p.HV + hv);
-                    b[j] = gate_bias(p, KDA ? hv * KD + d : hv);
-                }
-                const float a = gate_a(p, hv);
-#pragma unroll
-                for (int j = 0; j < KD / 32; ++j) dec[lane + 32 * j] = fexp(gate_apply(p, x[j], b[j], a));
-            });
-        } else {
-            float vv = 0.0f, bb = 0.0f;
-            with_dt(p.qkv_dt, [&](auto D) {
-                vv = ldt<decltype(D)::value>(p.v, ((i64)t * p.HV + hv) * VD + v0 + lane);
-            });
-            if (lane == 0) bb = ld_f(p.beta, (i64)t * p.HV + hv, p.beta_dt);
-            vs[lane] = vv;
-            if (lane == 0) bsh = beta_value(p, bb);
+        if (t > bos) {
+            load_token(t);
+            __syncthreads();
         }
-        __syncthreads();
         float kv = 0.0f;
 #pragma unroll
         for (int j = 0; j < DJ; ++j) {

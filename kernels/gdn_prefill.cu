@@ -14,7 +14,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_intra(const Par
     smallbh_intra<false>(p);
 }
 
-// small-bh stage 2. grid (V / 32, HV, N), 128 threads, shared SLay::TOTAL. State pass of one V
+// small-bh stage 2. grid (V / 32, HV, N), 256 threads, shared SLay::TOTAL. State pass of one V
 // tile: o, final state, checkpoints.
 extern "C" __global__ void __launch_bounds__(SNW * 32, 1) gdn_prefill_state(const Params p) {
     smallbh_state<false>(p);

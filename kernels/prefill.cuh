@@ -38,7 +38,7 @@ constexpr int KP = KD + 8;    // padded row of [64][KD] operands (elements)
 constexpr int CP = CH + 8;    // padded row of [*][64] operands
 constexpr int NTH = 256;      // threads of the intra stage and of the fused kernel
 constexpr int SVT = 32;       // V tile of the small-bh state pass
-constexpr int SNW = 4;        // warps of the small-bh state pass
+constexpr int SNW = 8;        // warps of the small-bh state pass
 static_assert(KD == 32 || KD == 64 || KD == 128, "HEAD_K must be 32, 64 or 128");
 static_assert(VD == 32 || VD == 64 || VD == 128, "HEAD_V must be 32, 64 or 128");
 
@@ -361,33 +361,45 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         float* KRs = KHs + 96 * SP;
         float* QRs = KRs + 64 * SP;
         float* GSs = QRs + 64 * SP;
-        // this thread's 4x4 tile of the 64x64 lower triangle (136 tiles); the others zero the
-        // 120 upper tiles of P and A.
-        int ib = 0, jb = 0;
-        const bool active = tid < 136;
-        if (active) {
-            int t = tid;
-            while (t >= ib + 1) {
-                t -= ib + 1;
-                ++ib;
+        // Work split (4x4 tiles of the 64x64 lower triangle): threads 0..79 take the 40 tiles
+        // inside the diagonal 16x16 sub-blocks (elementwise exponents), two threads per tile,
+        // each half of every channel slice; threads 80..175 the 96 tiles below them (reference
+        // points, no exponent); threads 176..255 zero the 120 upper tiles of P and A.
+        int ib = 0, jb = 0, part = 0;
+        const bool dtile = tid < 80;
+        const bool active = tid < 176;
+        if (dtile) {
+            const int d = tid >> 1, sc = d / 10;
+            int k = d % 10, a = 0;
+            while (k >= a + 1) {
+                k -= a + 1;
+                ++a;
             }
-            jb = t;
+            ib = 4 * sc + a;
+            jb = 4 * sc + k;
+            part = tid & 1;
+        } else if (active) {
+            const int o = tid - 80, pi = o >> 4;
+            const int rsub = pi == 0 ? 1 : (pi < 3 ? 2 : 3);
+            const int csub = pi == 0 ? 0 : (pi < 3 ? pi - 1 : pi - 3);
+            ib = 4 * rsub + ((o & 15) >> 2);
+            jb = 4 * csub + (o & 3);
         } else {
-            int u = tid - 136;
-            jb = 1;
-            while (u >= jb) {
-                u -= jb;
-                ++jb;
-            }
-            ib = u;
-            for (int x = 0; x < 4; ++x)
-                for (int y = 0; y < 4; ++y) {
-                    Pm[(4 * ib + x) * pst + 4 * jb + y] = 0;
-                    Af[(4 * ib + x) * 65 + 4 * jb + y] = 0.0f;
+            for (int u = tid - 176; u < 120; u += 80) {
+                int uu = u, ju = 1;
+                while (uu >= ju) {
+                    uu -= ju;
+                    ++ju;
                 }
+                for (int x = 0; x < 4; ++x)
+                    for (int y = 0; y < 4; ++y) {
+                        Pm[(4 * uu + x) * pst + 4 * ju + y] = 0;
+                        Af[(4 * uu + x) * 65 + 4 * ju + y] = 0.0f;
+                    }
+            }
         }
-        const int rs = ib >> 2, cs = jb >> 2;
-        const bool diag = rs == cs;
+        const int rs = ib >> 2;
+        const bool diag = dtile;
         const int khb = rs == 1 ? 0 : (rs == 2 ? 16 : 48);
         float a[4][4], pq[4][4];
 #pragma unroll
@@ -420,7 +432,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             if (active) {
                 if (diag) {
 #pragma unroll 4
-                    for (int dd = 0; dd < DS; ++dd) {
+                    for (int dd = part * (DS / 2); dd < (part + 1) * (DS / 2); ++dd) {
                         float ki[4], qi[4], gi[4], kj[4], gj[4];
 #pragma unroll
                         for (int x = 0; x < 4; ++x) {
@@ -462,7 +474,21 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             }
             __syncthreads();
         }
-        if (active) {
+        if (tid < 96) {
+            // the two halves of a diagonal tile are adjacent lanes
+#pragma unroll
+            for (int x = 0; x < 4; ++x)
+#pragma unroll
+                for (int y = 0; y < 4; ++y) {
+                    const float oa = __shfl_xor_sync(0xffffffffu, a[x][y], 1);
+                    const float op = __shfl_xor_sync(0xffffffffu, pq[x][y], 1);
+                    if (dtile) {
+                        a[x][y] += oa;
+                        pq[x][y] += op;
+                    }
+                }
+        }
+        if (active && part == 0) {
 #pragma unroll
             for (int x = 0; x < 4; ++x)
 #pragma unroll

@@ -9,7 +9,8 @@
 //!   accumulation), the inverse in f32, the running state in f32 registers;
 //! * `small-bh` (`{op}_prefill_intra` + `{op}_prefill_state`): for few (sequence x value head)
 //!   pairs, a chunk-parallel intra kernel writes W, U, P, q̃, k̃ per chunk into a workspace, then a
-//!   state pass split over 32-column V tiles walks the chunks with cp.async double buffering;
+//!   state pass split over 32-column V tiles (8 warps) walks the chunks with cp.async double
+//!   buffering;
 //! * `recurrent` (`{op}_decode_recurrent`): the token recurrence for decode (T >= 1 tokens per
 //!   sequence), V-split, in place on a state pool.
 //!
@@ -323,7 +324,7 @@ impl CudaBackend {
                     &main,
                     &state,
                     (vt, hv, n),
-                    128,
+                    256,
                     main.sizes[1] as u32,
                     stream,
                     &prm,
