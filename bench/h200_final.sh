@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/h200_final.sh PART: the closing H200 runs of issues 3 and 6, in two parts that each fit one
 # device call (10 minutes). Carry: target/release/deltarule, .gl (Vulkan loader debs), .whl (the
-# fla-core 0.6.0 wheel and the deltarule wheel built here with maturin).
+# fla-core 0.6.0 wheel and the deltarule wheel built here with maturin), .dev/cubin-final.
 #   part 1: fla timings of the two WGSL target shapes, then bench/h200_wgpu.sh (backends, golden
 #           diff on wgpu, bench) and the golden diff on cuda, all in the same call;
 #   part 2: the Python package's CUDA tests (vs float64 and fla, opcheck, graph capture, compile,
@@ -18,6 +18,12 @@ if ! ldconfig -p | grep -q libnvrtc.so; then
   export LD_LIBRARY_PATH=${NV:-}:${LD_LIBRARY_PATH:-}
 fi
 export DELTARULE_GOLDEN=$PWD/tests/golden/shared
+# CUBINs compiled here (DELTARULE_PRECOMPILE=... cargo test -p deltarule-cuda --test kernels
+# precompile), so device time is not spent in NVRTC
+if [ -d .dev/cubin-final ]; then
+  export DELTARULE_CUDA_CACHE=/tmp/deltarule-cubin
+  mkdir -p "$DELTARULE_CUDA_CACHE" && cp -n .dev/cubin-final/*.cubin "$DELTARULE_CUDA_CACHE"/
+fi
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 
