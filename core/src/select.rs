@@ -1020,8 +1020,8 @@ fn yn(b: bool) -> &'static str {
 /// devices, one row per rule, generated from [`RULES`] (a test keeps the README in sync).
 pub fn render_markdown() -> String {
     let mut out = String::from(
-        "| backend:kernel | op | mode | q/k/v | state dtypes | layouts | K | V | GVA | gates | pool | checkpoints | device | graph-safe | priority |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| backend:kernel | op | mode | q/k/v | state dtypes | layouts | K | V | GVA | gates | pool | checkpoints | device | graph-safe | priority | auto picks it |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in RULES {
         let layouts: Vec<&str> = r.layouts.iter().map(|l| l.name()).collect();
@@ -1033,7 +1033,7 @@ pub fn render_markdown() -> String {
         };
         let dts = |d: &[DType]| d.iter().map(|x| x.name()).collect::<Vec<_>>().join(", ");
         out.push_str(&format!(
-            "| `{}:{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| `{}:{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.backend,
             r.kernel,
             r.op.name(),
@@ -1049,8 +1049,18 @@ pub fn render_markdown() -> String {
             r.checkpoints,
             device,
             yn(r.graph_safe),
-            r.priority
+            r.priority,
+            auto_text(r.auto_when)
         ));
     }
     out
+}
+
+fn auto_text(a: AutoWhen) -> String {
+    match a {
+        AutoWhen::Always => "when eligible".into(),
+        AutoWhen::Never => "never (by name only)".into(),
+        AutoWhen::FewPairs { num, den } => format!("sequences x value heads <= {num}/{den} x SMs"),
+        AutoWhen::ManyPairs { num, den } => format!("sequences x value heads > {num}/{den} x SMs"),
+    }
 }

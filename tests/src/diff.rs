@@ -332,7 +332,7 @@ pub fn render_table(rows: &[DiffRow]) -> String {
     let header = [
         "case",
         "backend",
-        "kernel",
+        "rule",
         "tensor",
         "vs",
         "rel_l2",
@@ -348,7 +348,7 @@ pub fn render_table(rows: &[DiffRow]) -> String {
         cells.push(vec![
             r.case.clone(),
             r.backend.clone(),
-            r.kernel.clone(),
+            r.rule.clone(),
             r.tensor.clone(),
             r.reference.clone(),
             format!("{:.3e}", r.metrics.rel_l2),
