@@ -276,6 +276,31 @@ def build_spec(
     )
 
 
+_SPEC_CACHE: dict = {}
+_SPEC_CACHE_CAPACITY = 256
+
+
+def _signature(t: Any) -> Any:
+    if t is None:
+        return None
+    return (tuple(t.shape), t.dtype, getattr(t, "device", None), _contiguous(t))
+
+
+def cached_spec(op: str, mode: str, tensors: Sequence[Any], options: tuple) -> Spec:
+    """:func:`build_spec` memoised on what it reads (each tensor's shape, dtype, device and
+    contiguity, and the options): a layer called with the same shapes validates once. Invalid calls
+    raise and are not cached. ``tensors`` and ``options`` are ``build_spec``'s positional
+    arguments after ``mode``, split at ``dt_bias``."""
+    key = (op, mode, options) + tuple(_signature(t) for t in tensors)
+    spec = _SPEC_CACHE.get(key)
+    if spec is None:
+        spec = build_spec(op, mode, *tensors, *options)
+        if len(_SPEC_CACHE) >= _SPEC_CACHE_CAPACITY:
+            _SPEC_CACHE.clear()
+        _SPEC_CACHE[key] = spec
+    return spec
+
+
 def validate_cu_seqlens(cu: Sequence[int], total_tokens: int) -> None:
     """``cu[0] = 0``, non-decreasing, ``cu[N] = T`` (SPEC.md section 2)."""
     if len(cu) < 2:

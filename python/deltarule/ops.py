@@ -61,10 +61,11 @@ def _make(name: str, op: str, mode: str):
         checkpoint_every: int,
         backend: str,
     ) -> None:
-        spec = _spec.build_spec(
-            op, mode, q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool,
-            state_indices, checkpoints, A_log, dt_bias, scale, use_qk_l2norm, gate, lower_bound,
-            beta_mode, state_layout, checkpoint_every,
+        spec = _spec.cached_spec(
+            op, mode,
+            (q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool,
+             state_indices, checkpoints, A_log, dt_bias),
+            (scale, use_qk_l2norm, gate, lower_bound, beta_mode, state_layout, checkpoint_every),
         )
         if q.device.type != "cuda":
             raise ValueError(

@@ -178,3 +178,21 @@ def test_launch_without_cuda_is_a_clear_error():
     with pytest.raises(ValueError, match="value_dim"):
         bad = spec(**tensors(pool=3, V=8))  # V = 8 is below the engine's 16
         _native.launch("gdn", "prefill", "auto", *bad.native(), [0] * 13, 0, 0)
+
+
+def test_the_spec_cache_returns_the_same_spec_and_still_rejects_bad_calls():
+    d = tensors(pool=3)
+    order = ("q", "k", "v", "g", "beta", "cu_seqlens", "o", "initial_state", "final_state",
+             "state_pool", "state_indices", "checkpoints", "A_log", "dt_bias")
+    ts = tuple(d.get(n) for n in order)
+    opts = (0.0, False, "log", -5.0, "prob", "vk", 0)
+    a = _spec.cached_spec("gdn", "prefill", ts, opts)
+    b = _spec.cached_spec("gdn", "prefill", ts, opts)
+    assert a is b and a == build_spec("gdn", "prefill", *ts, *opts)
+    bad = list(ts)
+    bad[1] = np.zeros((10, 2, 15), np.float16)
+    for _ in range(2):  # not cached: rejected every time
+        with pytest.raises(ValueError, match="`k`"):
+            _spec.cached_spec("gdn", "prefill", tuple(bad), opts)
+    with pytest.raises(ValueError, match="`gate`"):
+        _spec.cached_spec("gdn", "prefill", ts, (0.0, False, "relu", -5.0, "prob", "vk", 0))
