@@ -135,7 +135,7 @@ def reference(
         lower_bound, beta_mode, state_layout, checkpoint_every,
     )
     out = _native.run_host(
-        backend, op, mode, *spec.native(), {n: _host(t) for n, t in cpu.items()}
+        backend, op, mode, spec.native(), {n: _host(t) for n, t in cpu.items()}
     )
     res = {"rule": out.pop("rule")}
     for n, item in out.items():

@@ -83,7 +83,7 @@ def _make(name: str, op: str, mode: str):
             _ptr(checkpoints),
         ]
         stream = torch.cuda.current_stream(q.device).cuda_stream
-        _native.launch(op, mode, backend, *spec.native(), ptrs, stream, q.device.index or 0)
+        _native.launch(op, mode, backend, spec.native(), ptrs, stream, q.device.index or 0)
 
     @impl.register_fake
     def fake(

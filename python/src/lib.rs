@@ -53,27 +53,52 @@ fn bad(field: &str, expected: &str, got: &str) -> PyErr {
     ))
 }
 
+/// The problem description `Spec.native()` passes: (T, N, H, HV, K, V, pool rows), dtypes, scale,
+/// l2norm, gate, lower_bound, has_a_log, beta_mode, layout, initial, final, checkpoint_every.
+#[derive(FromPyObject)]
+struct Desc(
+    (usize, usize, usize, usize, usize, usize, usize),
+    Dtypes,
+    f64,
+    bool,
+    String,
+    f64,
+    bool,
+    String,
+    String,
+    String,
+    String,
+    usize,
+);
+
 /// Builds the problem from the flat description the Python layer passes.
-#[allow(clippy::too_many_arguments)]
-fn problem(
-    op: &str,
-    mode: &str,
-    dims: (usize, usize, usize, usize, usize, usize, usize),
-    dtypes: Dtypes,
-    scale: f64,
-    l2norm: bool,
-    gate: &str,
-    lower_bound: f64,
-    has_a_log: bool,
-    beta_mode: &str,
-    layout: &str,
-    initial: &str,
-    final_state: &str,
-    checkpoint_every: usize,
-) -> PyResult<Problem> {
+fn problem(op: &str, mode: &str, d: &Desc) -> PyResult<Problem> {
+    let Desc(
+        dims,
+        dtypes,
+        scale,
+        l2norm,
+        gate,
+        lower_bound,
+        has_a_log,
+        beta_mode,
+        layout,
+        initial,
+        final_state,
+        checkpoint_every,
+    ) = d;
+    let (scale, l2norm, lower_bound, has_a_log, checkpoint_every) =
+        (*scale, *l2norm, *lower_bound, *has_a_log, *checkpoint_every);
+    let (gate, beta_mode, layout, initial, final_state) = (
+        gate.as_str(),
+        beta_mode.as_str(),
+        layout.as_str(),
+        initial.as_str(),
+        final_state.as_str(),
+    );
     let op = Op::parse(op).ok_or_else(|| bad("op", "gdn or kda", op))?;
     let mode = Mode::parse(mode).ok_or_else(|| bad("mode", "prefill or decode", mode))?;
-    let (t, n, h, hv, k, v, pool_rows) = dims;
+    let (t, n, h, hv, k, v, pool_rows) = *dims;
     let mut p = Problem::new(op, mode, n, t, h, hv, k, v);
     if scale > 0.0 {
         p.scale = scale;
@@ -161,44 +186,18 @@ fn signature(p: &Problem, backend: &str) -> u64 {
 /// Launches one op on device tensors. Returns the id of the rule that ran.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (op, mode, backend, dims, dtypes, scale, l2norm, gate, lower_bound, has_a_log, beta_mode, layout, initial, final_state, checkpoint_every, ptrs, stream, device))]
+#[pyo3(signature = (op, mode, backend, desc, ptrs, stream, device))]
 fn launch(
     py: Python<'_>,
     op: &str,
     mode: &str,
     backend: &str,
-    dims: (usize, usize, usize, usize, usize, usize, usize),
-    dtypes: Dtypes,
-    scale: f64,
-    l2norm: bool,
-    gate: &str,
-    lower_bound: f64,
-    has_a_log: bool,
-    beta_mode: &str,
-    layout: &str,
-    initial: &str,
-    final_state: &str,
-    checkpoint_every: usize,
+    desc: Desc,
     ptrs: [u64; 13],
     stream: u64,
     device: usize,
 ) -> PyResult<&'static str> {
-    let p = problem(
-        op,
-        mode,
-        dims,
-        dtypes,
-        scale,
-        l2norm,
-        gate,
-        lower_bound,
-        has_a_log,
-        beta_mode,
-        layout,
-        initial,
-        final_state,
-        checkpoint_every,
-    )?;
+    let p = problem(op, mode, &desc)?;
     let pref = Preference::parse(backend).map_err(to_py)?;
     let e = engine(device)?;
     let t = DevicePtrs {
@@ -232,41 +231,15 @@ fn launch(
 /// The rule `auto` (or `backend`) would choose for a problem, and the whole trace.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (op, mode, backend, dims, dtypes, scale, l2norm, gate, lower_bound, has_a_log, beta_mode, layout, initial, final_state, checkpoint_every, device=0))]
+#[pyo3(signature = (op, mode, backend, desc, device=0))]
 fn select(
     op: &str,
     mode: &str,
     backend: &str,
-    dims: (usize, usize, usize, usize, usize, usize, usize),
-    dtypes: Dtypes,
-    scale: f64,
-    l2norm: bool,
-    gate: &str,
-    lower_bound: f64,
-    has_a_log: bool,
-    beta_mode: &str,
-    layout: &str,
-    initial: &str,
-    final_state: &str,
-    checkpoint_every: usize,
+    desc: Desc,
     device: usize,
 ) -> PyResult<(Option<&'static str>, Vec<String>)> {
-    let p = problem(
-        op,
-        mode,
-        dims,
-        dtypes,
-        scale,
-        l2norm,
-        gate,
-        lower_bound,
-        has_a_log,
-        beta_mode,
-        layout,
-        initial,
-        final_state,
-        checkpoint_every,
-    )?;
+    let p = problem(op, mode, &desc)?;
     let pref = Preference::parse(backend).map_err(to_py)?;
     let sel = engine(device)?.select(&p, pref, None);
     Ok((sel.chosen.map(|r| r.id), sel.explain()))
@@ -283,42 +256,16 @@ fn host_tensor(name: &str, item: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
 /// `cpu:chunked`, `cuda`, ...) and returns the outputs as `{name: (bytes, dtype, shape)}`.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (backend, op, mode, dims, dtypes, scale, l2norm, gate, lower_bound, has_a_log, beta_mode, layout, initial, final_state, checkpoint_every, tensors))]
+#[pyo3(signature = (backend, op, mode, desc, tensors))]
 fn run_host<'py>(
     py: Python<'py>,
     backend: &str,
     op: &str,
     mode: &str,
-    dims: (usize, usize, usize, usize, usize, usize, usize),
-    dtypes: Dtypes,
-    scale: f64,
-    l2norm: bool,
-    gate: &str,
-    lower_bound: f64,
-    has_a_log: bool,
-    beta_mode: &str,
-    layout: &str,
-    initial: &str,
-    final_state: &str,
-    checkpoint_every: usize,
+    desc: Desc,
     tensors: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let p = problem(
-        op,
-        mode,
-        dims,
-        dtypes,
-        scale,
-        l2norm,
-        gate,
-        lower_bound,
-        has_a_log,
-        beta_mode,
-        layout,
-        initial,
-        final_state,
-        checkpoint_every,
-    )?;
+    let p = problem(op, mode, &desc)?;
     let get = |n: &str| -> PyResult<Option<HostTensor>> {
         match tensors.get_item(n)? {
             Some(x) if !x.is_none() => Ok(Some(host_tensor(n, &x)?)),

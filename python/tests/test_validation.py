@@ -149,8 +149,9 @@ def test_the_extension_runs_the_float64_reference_on_a_golden_case():
         t[name] = (d, {"f32": "f32", "bf16": "bf16", "i64": "i64", "i32": "i32"}.get(dt, dt), s)
     dtypes = ("bf16", "f32", "f32", "f32", "f32", "f32", "i64", "i64")
     out = _native.run_host(
-        "cpu", "gdn", "prefill", (T, N, H, HV, K, V, 0), dtypes, float(meta["scale"]), False,
-        "log", -5.0, False, "prob", "kv", "dense", "dense", 0,
+        "cpu", "gdn", "prefill",
+        ((T, N, H, HV, K, V, 0), dtypes, float(meta["scale"]), False, "log", -5.0, False, "prob",
+         "kv", "dense", "dense", 0),
         {n: t[n] for n in ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state")},
     )
     assert out["rule"] == "cpu.gdn.prefill.reference"
@@ -166,7 +167,7 @@ def test_the_extension_runs_the_float64_reference_on_a_golden_case():
 def test_launch_without_cuda_is_a_clear_error():
     s = spec(**tensors(pool=3, V=16))
     try:
-        _native.launch("gdn", "prefill", "auto", *s.native(), [0] * 13, 0, 0)
+        _native.launch("gdn", "prefill", "auto", s.native(), [0] * 13, 0, 0)
     except RuntimeError as e:
         assert "unavailable" in str(e) or "CUDA" in str(e)
     except ValueError as e:
@@ -174,10 +175,10 @@ def test_launch_without_cuda_is_a_clear_error():
     else:
         pytest.skip("a CUDA device is present: the launch would run (covered by test_cuda.py)")
     with pytest.raises(ValueError, match="backend"):
-        _native.launch("gdn", "prefill", "tpu", *s.native(), [0] * 13, 0, 0)
+        _native.launch("gdn", "prefill", "tpu", s.native(), [0] * 13, 0, 0)
     with pytest.raises(ValueError, match="value_dim"):
         bad = spec(**tensors(pool=3, V=8))  # V = 8 is below the engine's 16
-        _native.launch("gdn", "prefill", "auto", *bad.native(), [0] * 13, 0, 0)
+        _native.launch("gdn", "prefill", "auto", bad.native(), [0] * 13, 0, 0)
 
 
 def test_the_spec_cache_returns_the_same_spec_and_still_rejects_bad_calls():
