@@ -4,7 +4,7 @@
 # fla-core 0.6.0 wheel and the deltarule wheel built here with maturin), .dev/cubin-final.
 #   part 1: fla timings of the two WGSL target shapes, then bench/h200_wgpu.sh (backends, golden
 #           diff on wgpu, bench) and the golden diff on cuda, all in the same call;
-#   part 2: the Python package's CUDA tests (vs float64 and fla, opcheck, graph capture, compile,
+#   part 2 (PYTEST_ARGS narrows it, e.g. -k 'not fla'): the Python package's CUDA tests (vs float64 and fla, opcheck, graph capture, compile,
 #           inference-mode refill, pools, host time) and the Qwen3-Next layer example.
 set -uo pipefail
 PART=${1:-1}
@@ -45,7 +45,7 @@ fi
 if [[ $PART == 2 ]]; then
   echo "== python tests (torch $(python3 -c 'import torch; print(torch.__version__)'))"
   DELTARULE_PY_REPORT=$OUT/py_report.txt timeout 420 python3 -m pytest -q -p no:cacheprovider \
-    -o addopts="" python/tests > "$OUT/pytest.log" 2>&1
+    -o addopts="" ${PYTEST_ARGS:-} python/tests > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"
   grep -E "passed|failed|error|Error" "$OUT/pytest.log" | tail -15
   echo "== example"
