@@ -834,7 +834,23 @@ pub fn validate_inputs(p: &Problem, inputs: &Inputs) -> Result<Validated> {
             check_finite("dt_bias", d)?;
         }
         if let Some(s) = &inputs.initial_state {
-            check_finite("initial_state", s)?;
+            match &indices {
+                // a pool: only the rows the call reads (other rows may hold anything)
+                Some(idx) => {
+                    let row = s.len() / s.shape.first().copied().unwrap_or(1).max(1);
+                    for &r in idx.iter().filter(|&&r| r >= 0) {
+                        let start = r as usize * row;
+                        if let Some(i) = (start..start + row).find(|&i| !s.get_f64(i).is_finite()) {
+                            return Err(Error::invalid(
+                                "initial_state",
+                                "finite values in the pool rows named by state_indices",
+                                format!("{} at flat index {i} (pool row {r})", s.get_f64(i)),
+                            ));
+                        }
+                    }
+                }
+                None => check_finite("initial_state", s)?,
+            }
         }
     }
     Ok(Validated {
