@@ -164,6 +164,7 @@ pub fn run(args: BenchArgs) -> Result<Outcome> {
     ]
     .map(String::from)
     .to_vec()];
+    let mut stage_lines: Vec<String> = Vec::new();
     for (name, (p, seqlens)) in &problems {
         eprintln!("{name}: generating inputs ({})", p);
         let case = generate(p, seqlens, 1, DataStyle::default())?;
@@ -196,7 +197,19 @@ pub fn run(args: BenchArgs) -> Result<Outcome> {
                 "tokens_per_s": prob.tokens as f64 / (gpu * 1e-3),
                 "tflops": f / (gpu * 1e-3) / 1e12, "gbps": by / (gpu * 1e-3) / 1e9,
                 "floor_ms": floor_ms, "x_floor": gpu / floor_ms,
+                "stages_ms": rep.stages.iter().cloned().collect::<std::collections::BTreeMap<String, f64>>(),
             });
+            if !rep.stages.is_empty() {
+                let parts: Vec<String> = rep
+                    .stages
+                    .iter()
+                    .map(|(l, ms)| format!("{l} {ms:.4}"))
+                    .collect();
+                stage_lines.push(format!(
+                    "{name} on {b}: stages (median ms, each pass alone): {}",
+                    parts.join(", ")
+                ));
+            }
             if args.json {
                 println!("{row}");
             }
@@ -225,6 +238,9 @@ pub fn run(args: BenchArgs) -> Result<Outcome> {
                 .map(|(c, s)| format!("{:<w$}", s, w = widths[c]))
                 .collect();
             println!("{}", line.join("  ").trim_end());
+        }
+        for l in &stage_lines {
+            println!("{l}");
         }
     }
     Ok(Outcome::Pass)

@@ -82,6 +82,9 @@ pub struct BenchReport {
     pub input_sets: usize,
     /// The device the numbers come from.
     pub device: String,
+    /// Median device time per stage of one call (kernel or pass label, ms) where the backend can
+    /// time its stages separately; empty otherwise.
+    pub stages: Vec<(String, f64)>,
 }
 
 /// Median of a list (0 for an empty list).

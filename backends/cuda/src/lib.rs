@@ -645,6 +645,7 @@ impl Backend for CudaBackend {
             timer: "CUDA events around each launch".into(),
             input_sets: sets,
             device: self.caps.device.clone(),
+            stages: Vec::new(),
         })
     }
 }

@@ -301,28 +301,105 @@ impl Gpu {
                 timestamp_writes: tw,
             });
             for d in dispatches {
-                let layout = d.pipeline.get_bind_group_layout(0);
-                let mut entries = vec![wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: d.uniform.as_entire_binding(),
-                }];
-                for (i, b) in d.storage.iter().enumerate() {
-                    entries.push(wgpu::BindGroupEntry {
-                        binding: i as u32 + 1,
-                        resource: b.as_entire_binding(),
-                    });
-                }
-                let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some(d.label),
-                    layout: &layout,
-                    entries: &entries,
-                });
-                pass.set_pipeline(d.pipeline);
-                pass.set_bind_group(0, &bg, &[]);
-                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                self.record(&mut pass, d);
             }
         }
         enc.finish()
+    }
+
+    /// Records one dispatch (bind group, pipeline, workgroups) into a compute pass.
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>, d: &Dispatch<'_>) {
+        let layout = d.pipeline.get_bind_group_layout(0);
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: d.uniform.as_entire_binding(),
+        }];
+        for (i, b) in d.storage.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: b.as_entire_binding(),
+            });
+        }
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(d.label),
+            layout: &layout,
+            entries: &entries,
+        });
+        pass.set_pipeline(d.pipeline);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+    }
+
+    /// Times each dispatch of `call` in a compute pass of its own (a timestamp pair each),
+    /// `iters` times, and returns the median ms per label (dispatches sharing a label, such as
+    /// head batches, are summed), in call order. Empty without timestamp queries.
+    pub fn profile(&self, call: &[Dispatch<'_>], iters: usize) -> Result<Vec<(String, f64)>> {
+        if !self.features.contains(wgpu::Features::TIMESTAMP_QUERY) || call.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = call.len() as u32;
+        let mut labels: Vec<&'static str> = Vec::new();
+        for d in call {
+            if !labels.contains(&d.label) {
+                labels.push(d.label);
+            }
+        }
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); labels.len()];
+        let period = self.queue.get_timestamp_period() as f64;
+        for _ in 0..iters.max(1) {
+            let qs = self.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("profile"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2 * n,
+            });
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("profile"),
+                });
+            for (i, d) in call.iter().enumerate() {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(d.label),
+                    timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                        query_set: &qs,
+                        beginning_of_pass_write_index: Some(2 * i as u32),
+                        end_of_pass_write_index: Some(2 * i as u32 + 1),
+                    }),
+                });
+                self.record(&mut pass, d);
+            }
+            let bytes = 16 * n as u64;
+            let resolve = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("profile"),
+                size: bytes,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            enc.resolve_query_set(&qs, 0..2 * n, &resolve, 0);
+            self.queue.submit([enc.finish()]);
+            let raw = self.read(&resolve, 0, bytes)?;
+            let at = |k: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&raw[8 * k..8 * k + 8]);
+                u64::from_le_bytes(b)
+            };
+            let mut per = vec![0.0f64; labels.len()];
+            for (i, d) in call.iter().enumerate() {
+                let ticks = at(2 * i + 1).saturating_sub(at(2 * i));
+                if let Some(l) = labels.iter().position(|&x| x == d.label) {
+                    per[l] += ticks as f64 * period * 1e-6;
+                }
+            }
+            for (l, v) in per.into_iter().enumerate() {
+                samples[l].push(v);
+            }
+        }
+        self.check_errors()?;
+        Ok(labels
+            .iter()
+            .zip(samples)
+            .map(|(l, v)| (l.to_string(), deltarule_core::median(&v)))
+            .collect())
     }
 
     fn check_errors(&self) -> Result<()> {

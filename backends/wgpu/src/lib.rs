@@ -153,6 +153,8 @@ impl Backend for WgpuBackend {
         }
         let calls: Vec<_> = sets.iter().map(|s| call.dispatches(p, s)).collect();
         let (device_ms, host_us) = self.gpu.time(&calls, opts.warmup, opts.iters)?;
+        // where the time goes: each pass timed on its own (a few calls)
+        let stages = self.gpu.profile(&calls[0], opts.iters.clamp(1, 10))?;
         let timer = if self.caps.timestamps {
             "wgpu timestamp queries (compute pass begin/end)"
         } else {
@@ -164,6 +166,7 @@ impl Backend for WgpuBackend {
             timer: timer.into(),
             input_sets: sets.len(),
             device: self.caps.device.clone(),
+            stages,
         })
     }
 }
