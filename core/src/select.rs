@@ -920,7 +920,7 @@ pub fn select(
             None => {
                 rejects.push(Reject::NoDevice {
                     backend: r.backend,
-                    reason: "backend not compiled in or not probed".into(),
+                    reason: "not probed (this choice does not need it, or it is not compiled in)".into(),
                 });
                 None
             }
