@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# bench/h200_verify.sh: one short H200 call after a kernel change (about 3 minutes): CUDA
+# correctness (the conformance suite per kernel and through auto, the golden diff), memcheck on the
+# representative subset, and timings of the key shapes on cuda and wgpu (per-pass breakdown).
+# Carry: target/release/deltarule, .dev/bin (cuda_device and conformance test binaries built with
+# `cargo test --release --no-run`), .dev/cubin (DELTARULE_PRECOMPILE=... cargo test --release -p
+# deltarule-cuda --test kernels precompile), .gl (Vulkan loader debs).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+if ! ldconfig -p | grep -q libnvrtc.so; then
+  NV=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], "lib"))' 2>/dev/null)
+  export LD_LIBRARY_PATH=${NV:-}:${LD_LIBRARY_PATH:-}
+fi
+export DELTARULE_CUDA_CACHE=/tmp/deltarule-cubin
+mkdir -p "$DELTARULE_CUDA_CACHE" && cp .dev/cubin/*.cubin "$DELTARULE_CUDA_CACHE"/ 2>/dev/null
+export DELTARULE_REQUIRE_CUDA=1 DELTARULE_GOLDEN=$PWD/tests/golden/shared
+status=0
+echo "== CUDA device tests (each kernel named)"
+timeout 150 .dev/bin/cuda_device --test-threads=1 --nocapture > "$OUT/cuda_device.log" 2>&1; rc=$?
+grep -E " ran, |test result|panicked" "$OUT/cuda_device.log" | head -20; echo "cuda_device rc=$rc"; [[ $rc == 0 ]] || status=1
+echo "== conformance through auto"
+timeout 120 .dev/bin/conformance --test-threads=1 --nocapture cuda:: > "$OUT/conformance.log" 2>&1; rc=$?
+grep -E " ran, |test result|panicked" "$OUT/conformance.log" | head -10; echo "conformance rc=$rc"; [[ $rc == 0 ]] || status=1
+./target/release/deltarule diff --case tests/golden/shared/*.safetensors --backend cuda > "$OUT/diff.log" 2>&1; rc=$?
+grep -E "comparisons" "$OUT/diff.log"; echo "diff cuda rc=$rc"; [[ $rc == 0 ]] || status=1
+echo "== memcheck (subset)"
+timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 .dev/bin/cuda_device --test-threads=1 sanitizer_subset > "$OUT/memcheck.log" 2>&1; rc=$?
+grep -E "ERROR SUMMARY|test result" "$OUT/memcheck.log" | tail -2; echo "memcheck rc=$rc"
+echo "== timings"
+./target/release/deltarule bench --backend cuda --shape gdn-16/32-1x8192 gdn-16/32-16x1024 gdn-4/8-1x8192 kda-32/32-1x8192 --iters 20 2>/dev/null
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan DELTARULE_WGPU_ADAPTER=NVIDIA
+./target/release/deltarule bench --backend wgpu --shape gdn-16/32-1x8192 kda-32/32-1x8192 gdn-16/32-16x1024 --iters 10 2>/dev/null
+exit $status
