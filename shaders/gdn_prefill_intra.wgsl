@@ -335,6 +335,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     put_ap(ty * 4u + 3u, tx, kk3, qk3, L, base_p);
     workgroupBarrier();
 
+    // The first source tile of step 4 (k of channels 0..31), loaded during the solve.
+    let glast = s_gam[max(L, 1u) - 1u];
+    let ntk = (K + 31u) / 32u;
+    let ntv = (V4 + 31u) / 32u;
+    let ntot = 2u * ntk + ntv;
+    let sm = tid / 32u;
+    let scc = tid % 32u;
+    var r0 = src_at(0u, sm, scc, t0, L, h, hv);
+    var r1 = src_at(0u, sm + 8u, scc, t0, L, h, hv);
+    var r2 = src_at(0u, sm + 16u, scc, t0, L, h, hv);
+    var r3 = src_at(0u, sm + 24u, scc, t0, L, h, hv);
+    var r4 = src_at(0u, sm + 32u, scc, t0, L, h, hv);
+    var r5 = src_at(0u, sm + 40u, scc, t0, L, h, hv);
+    var r6 = src_at(0u, sm + 48u, scc, t0, L, h, hv);
+    var r7 = src_at(0u, sm + 56u, scc, t0, L, h, hv);
+
     // 3. T = (I + A)^-1, unit lower triangular, by blocks of 16 (T[i][j] stored at s_at[j][i]):
     //    the four diagonal blocks by forward substitution, one column per invocation,
     //    T[i][j] = -A[i][j] - sum_{j < m < i} A[i][m] T[m][j]; then the blocks below them by
@@ -417,20 +433,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     //    kdec = k e^(Γ_last − Γ)), U = T (beta V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a
     //    coalesced transpose). Each invocation holds rows sm + 8 r (r < 8), column scc of the next
     //    tile in registers while the current one is used.
-    let glast = s_gam[max(L, 1u) - 1u];
-    let ntk = (K + 31u) / 32u;
-    let ntv = (V4 + 31u) / 32u;
-    let ntot = 2u * ntk + ntv;
-    let sm = tid / 32u;
-    let scc = tid % 32u;
-    var r0 = src_at(0u, sm, scc, t0, L, h, hv);
-    var r1 = src_at(0u, sm + 8u, scc, t0, L, h, hv);
-    var r2 = src_at(0u, sm + 16u, scc, t0, L, h, hv);
-    var r3 = src_at(0u, sm + 24u, scc, t0, L, h, hv);
-    var r4 = src_at(0u, sm + 32u, scc, t0, L, h, hv);
-    var r5 = src_at(0u, sm + 40u, scc, t0, L, h, hv);
-    var r6 = src_at(0u, sm + 48u, scc, t0, L, h, hv);
-    var r7 = src_at(0u, sm + 56u, scc, t0, L, h, hv);
     for (var tile = 0u; tile < ntot; tile++) {
         var kind = 0u;
         var c0 = tile * 32u;
