@@ -90,6 +90,22 @@ fn at_set(x: u32, v: f32) {
     s_at[x >> 2u][x & 3u] = v;
 }
 
+// One term A[i][m] T[m][j] of the diagonal-block substitution, zero unless j < m < i (the loads
+// are unconditional at m' = min(m, i − 1): row i's A part and row j's A/T part, both settled, so
+// four terms issue their loads together).
+fn sub_term(i: u32, j: u32, m: u32) -> f32 {
+    let mm = min(m, i - 1u);
+    let p = at_get(i * AS + mm) * at_get(j * AS + mm);
+    return select(0.0, p, j < m && m < i);
+}
+
+// One term A[i][k] T[k][j] of a block merge (T[k][j] = 1 for k == j, 0 for k < j).
+fn merge_term(i: u32, j: u32, k: u32) -> f32 {
+    let tk = at_get(j * AS + k);
+    let t = select(select(0.0, tk, k > j), 1.0, k == j);
+    return at_get(i * AS + k) * t;
+}
+
 // q (which 0) or k (1) of chunk row i, channel d: an unconditional load (row t0, channel 0 when
 // outside the chunk or K) zeroed by selection, so a batch of these issues back to back.
 fn qk_at(which: u32, i: u32, d: u32, t0: u32, l: u32, h: u32) -> f32 {
@@ -420,10 +436,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (tid < 64u) {
         let j = tid;
         let bend = (j / 16u) * 16u + 16u;
+        let b0 = bend - 16u;
         for (var i = j + 1u; i < bend; i++) {
             var acc = -at_get(i * AS + j);
-            for (var m = j + 1u; m < i; m++) {
-                acc -= at_get(i * AS + m) * at_get(j * AS + m);
+            for (var m = b0; m < bend; m += 4u) {
+                acc -= sub_term(i, j, m);
+                acc -= sub_term(i, j, m + 1u);
+                acc -= sub_term(i, j, m + 2u);
+                acc -= sub_term(i, j, m + 3u);
             }
             at_set(j * AS + i, acc);
         }
@@ -438,14 +458,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let i = bi * 16u + (idx % 256u) / 16u;
             let j = bj * 16u + idx % 16u;
             var x = 0.0;
-            for (var k = bj * 16u; k < bi * 16u; k++) {
-                var t = 0.0;
-                if (k == j) {
-                    t = 1.0;
-                } else if (k > j) {
-                    t = at_get(j * AS + k);
-                }
-                x += at_get(i * AS + k) * t;
+            for (var k = bj * 16u; k < bi * 16u; k += 4u) {
+                x += merge_term(i, j, k);
+                x += merge_term(i, j, k + 1u);
+                x += merge_term(i, j, k + 2u);
+                x += merge_term(i, j, k + 3u);
             }
             s_x[idx] = x;
         }
