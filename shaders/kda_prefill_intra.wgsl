@@ -28,7 +28,8 @@
 // head h = hv / group < H, hv < HV; channels d < K, e < V (dt_bias read only for gates that have
 // it, at channel min(d, K - 1)); workspace slots (c * hvb + z) with c < chunks, z < hvb, Γ rows
 // m < 64 and channels < K. Workgroup arrays are indexed by i, j < 64, dd < 16 (tile) and m < 64
-// within their declared sizes.
+// within their declared sizes (the Γ scan's copy in s_at: rows < 64 of stride 17, < 1088 of its
+// 4160 floats, written after the tile's first barrier and read before its second).
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
@@ -227,6 +228,24 @@ fn put_wu(is_w: bool, i: u32, col: u32, acc: vec2<f32>, l: u32, base_w: u32, bas
     }
 }
 
+// Γ of rows r0 .. r0 + 3, channel dd of the tile (the scan's copy in s_at, row stride TS).
+fn gam4(r0: u32, dd: u32) -> vec4<f32> {
+    return vec4<f32>(at_get(r0 * TS + dd), at_get((r0 + 1u) * TS + dd),
+        at_get((r0 + 2u) * TS + dd), at_get((r0 + 3u) * TS + dd));
+}
+
+// acc plus the raw gates of rows start .. start + 15 of channel ch, added in row order.
+fn gsum16(acc: f32, start: u32, ch: u32) -> f32 {
+    var a = acc;
+    for (var m = start; m < start + 16u; m += 4u) {
+        a += s_x[2176u + m * TS + ch];
+        a += s_x[2176u + (m + 1u) * TS + ch];
+        a += s_x[2176u + (m + 2u) * TS + ch];
+        a += s_x[2176u + (m + 3u) * TS + ch];
+    }
+    return a;
+}
+
 fn row4(base: u32, r0: u32, dd: u32) -> vec4<f32> {
     return vec4<f32>(s_x[base + r0 * TS + dd], s_x[base + (r0 + 1u) * TS + dd],
         s_x[base + (r0 + 2u) * TS + dd], s_x[base + (r0 + 3u) * TS + dd]);
@@ -349,30 +368,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 ss += x * x;
             }
         }
-        // Γ: inclusive cumulative sum down each channel of the tile
-        if (tid < 16u) {
-            var acc = 0.0;
-            for (var i = 0u; i < 64u; i++) {
-                acc += s_x[2176u + i * TS + tid];
-                s_x[2176u + i * TS + tid] = acc;
-            }
+        // Γ: inclusive cumulative sum down channel ld_c, rows li + 16 r, as one running sum in
+        // row order (the same additions as a sequential scan), four rows of loads at a time, into
+        // s_at (free until A is written) and the workspace
+        var gacc = 0.0;
+        for (var m = 0u; m < 16u; m += 4u) {
+            gacc += select(0.0, s_x[2176u + m * TS + ld_c], m <= li);
+            gacc += select(0.0, s_x[2176u + (m + 1u) * TS + ld_c], m + 1u <= li);
+            gacc += select(0.0, s_x[2176u + (m + 2u) * TS + ld_c], m + 2u <= li);
+            gacc += select(0.0, s_x[2176u + (m + 3u) * TS + ld_c], m + 3u <= li);
+        }
+        let gp0 = gacc;
+        let gp1 = gsum16(gp0, li + 1u, ld_c);
+        let gp2 = gsum16(gp1, li + 17u, ld_c);
+        let gp3 = gsum16(gp2, li + 33u, ld_c);
+        at_set(li * TS + ld_c, gp0);
+        at_set((li + 16u) * TS + ld_c, gp1);
+        at_set((li + 32u) * TS + ld_c, gp2);
+        at_set((li + 48u) * TS + ld_c, gp3);
+        if (d < K) {
+            wsa[base_gam + li * K + d] = gp0;
+            wsa[base_gam + (li + 16u) * K + d] = gp1;
+            wsa[base_gam + (li + 32u) * K + d] = gp2;
+            wsa[base_gam + (li + 48u) * K + d] = gp3;
         }
         workgroupBarrier();
-        for (var r = 0u; r < 4u; r++) {
-            let idx = tid + 256u * r;
-            let i = idx / 16u;
-            let dd = idx % 16u;
-            if (d0 + dd < K) {
-                wsa[base_gam + i * K + d0 + dd] = s_x[2176u + i * TS + dd];
-            }
-        }
         if (tx <= ty) {
             for (var dd = 0u; dd < 16u; dd++) {
                 let ka = row4(0u, ty * 4u, dd);
                 let qa = row4(1088u, ty * 4u, dd);
-                let ga = row4(2176u, ty * 4u, dd);
+                let ga = gam4(ty * 4u, dd);
                 let kj = row4(0u, tx * 4u, dd);
-                let gj = row4(2176u, tx * 4u, dd);
+                let gj = gam4(tx * 4u, dd);
                 let b0 = kj * exp(min(ga.x - gj, vec4<f32>(0.0)));
                 let b1 = kj * exp(min(ga.y - gj, vec4<f32>(0.0)));
                 let b2 = kj * exp(min(ga.z - gj, vec4<f32>(0.0)));
