@@ -267,16 +267,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             gam = gate_value(ld_g(t * HV + hv), prm.gate, a, bias, prm.has_a_log, prm.lb);
             bet = beta_value(ld_beta(t * HV + hv), prm.beta_mode);
         }
-        s_gam[i] = gam;
+        s_rq[i] = gam;   // raw log decays; s_rq is scratch until the norms are written
         s_beta[i] = bet;
     }
     workgroupBarrier();
-    if (tid == 0u) {
+    // Γ_i: one running sum in row order per invocation (the additions of a sequential scan;
+    // masked rows add +0), four loads at a time
+    if (tid < 64u) {
         var acc = 0.0;
-        for (var i = 0u; i < 64u; i++) {
-            acc += s_gam[i];
-            s_gam[i] = acc;
+        for (var m = 0u; m < 64u; m += 4u) {
+            acc += select(0.0, s_rq[m], m <= tid);
+            acc += select(0.0, s_rq[m + 1u], m + 1u <= tid);
+            acc += select(0.0, s_rq[m + 2u], m + 2u <= tid);
+            acc += select(0.0, s_rq[m + 3u], m + 3u <= tid);
         }
+        s_gam[tid] = acc;
     }
 
     // 2. K Kᵀ and Q Kᵀ, rows 4 ty + a (kk_a, qk_a), columns 4 tx ..; tiles of 16 channels stored
