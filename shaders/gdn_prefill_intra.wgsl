@@ -12,11 +12,19 @@
 //   wsu: U [64, V4] (zero padded).
 // Every exponent is Γ_i − Γ_j with j <= i, Γ_i or Γ_last − Γ_j: never positive for log decays.
 //
+// v2 (bench/NOTES.md "WGSL v2"): every global load of q/k/v is issued one tile ahead of its use
+// (named registers, unconditional loads at clamped indices, zeroed by selection), so no loop
+// waits on a load per iteration; the q/k norms come from the K Kᵀ tiles (no serial K-long loop
+// per row); kdec is written from the W tiles' k values (no second pass over k); the dot-product
+// tiles are stored channel-major so each step is three vec4 loads for 32 multiply-adds; no
+// private arrays (every register tile is a named vec4).
+//
 // SAFETY (unchecked module): every storage index below is < the buffer length the host sized:
-// token t = t0 + i with i < L and t0 + L <= T (chunk table built from validated cu_seqlens);
+// token t = t0 + i with i < L and t0 + L <= T (chunk table built from validated cu_seqlens); loads
+// outside the chunk or the head dims read row t0 (L >= 1), channel 0 instead and are zeroed;
 // head h = hv / group < H, hv < HV; channels d < K, e < V; workspace slots (c * hvb + z) with
-// c < chunks, z < hvb. Workgroup arrays are indexed by i, j < 64, dd < 16 (tile) and
-// m < 64 within their declared sizes.
+// c < chunks, z < hvb. Workgroup arrays: s_x scalars < 2176 (dot tiles 2 x 16 x 68, solve
+// blocks < 768, source tiles 64 x 33), its vec4s < 544; s_at < 4160 scalars; rows i, j < 64.
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
@@ -34,8 +42,8 @@ override BETA_DT: u32 = 0u;
 @group(0) @binding(7) var<storage, read_write> wsa: array<f32>;
 @group(0) @binding(8) var<storage, read_write> wsu: array<f32>;
 
-const TS: u32 = 17u;       // row stride of the 16-wide dot-product tiles
-const XS: u32 = 33u;       // row stride of the 32-wide W/U source tiles
+const XT: u32 = 68u;       // row stride of the channel-major dot-product tiles [16][64 + 4]
+const XS: u32 = 33u;       // row stride of the 32-wide W/U/Q source tiles
 const AS: u32 = 65u;       // row stride of the A / T matrix
 
 var<workgroup> s_gam: array<f32, 64>;
@@ -46,8 +54,9 @@ var<workgroup> s_rk: array<f32, 64>;
 // (T[i][j] at [j][i]); after the solve the same memory holds Tᵀ with row stride 64 (unit
 // diagonal and zeros included) so W/U read four rows of T with one vec4.
 var<workgroup> s_at: array<vec4<f32>, 1040>;
-// Tiles: K and Q rows (2 x 64 x 17) for the dot products, or a 64 x 33 source tile for W/U.
-var<workgroup> s_x: array<f32, 2176>;
+// Tiles: Kᵀ and Qᵀ channel rows (2 x 16 x 68) for the dot products, the solve's block products,
+// or a 64 x 33 source tile for W/U/qdec.
+var<workgroup> s_x: array<vec4<f32>, 544>;
 var<workgroup> s_meta: vec2<u32>;
 
 fn ld(buf_id: u32, e: u32) -> f32 {
@@ -79,6 +88,126 @@ fn at_set(x: u32, v: f32) {
     s_at[x >> 2u][x & 3u] = v;
 }
 
+// One term A[i][m] T[m][j] of the diagonal-block substitution, zero unless j < m < i (the loads
+// are unconditional at m' = min(m, i − 1): row i's A part and row j's A/T part, both settled, so
+// four terms issue their loads together).
+fn sub_term(i: u32, j: u32, m: u32) -> f32 {
+    let mm = min(m, i - 1u);
+    let p = at_get(i * AS + mm) * at_get(j * AS + mm);
+    return select(0.0, p, j < m && m < i);
+}
+
+// One term A[i][k] T[k][j] of a block merge (T[k][j] = 1 for k == j, 0 for k < j).
+fn merge_term(i: u32, j: u32, k: u32) -> f32 {
+    let tk = at_get(j * AS + k);
+    let t = select(select(0.0, tk, k > j), 1.0, k == j);
+    return at_get(i * AS + k) * t;
+}
+
+fn x_get(x: u32) -> f32 {
+    return s_x[x >> 2u][x & 3u];
+}
+
+fn x_set(x: u32, v: f32) {
+    s_x[x >> 2u][x & 3u] = v;
+}
+
+// q (which 0) or k (1) of chunk row i, channel d: an unconditional load (row t0, channel 0 when
+// outside the chunk or K) zeroed by selection, so a batch of these issues back to back.
+fn qk_at(which: u32, i: u32, d: u32, t0: u32, l: u32, h: u32) -> f32 {
+    let ok = i < l && d < HEAD_K;
+    let x = ld(which, ((t0 + select(0u, i, ok)) * prm.heads + h) * HEAD_K + select(0u, d, ok));
+    return select(0.0, x, ok);
+}
+
+// v of chunk row i, column e (same scheme).
+fn v_at(i: u32, e: u32, t0: u32, l: u32, hv: u32) -> f32 {
+    let ok = i < l && e < HEAD_V;
+    let x = ld(2u, ((t0 + select(0u, i, ok)) * prm.vheads + hv) * HEAD_V + select(0u, e, ok));
+    return select(0.0, x, ok);
+}
+
+// Raw source element (row m, column cc) of tile `tile` of the W/U/qdec stream: k for the first
+// ntk tiles, v for the next ntv, q for the last ntk (32 columns a tile).
+fn src_at(tile: u32, m: u32, cc: u32, t0: u32, l: u32, h: u32, hv: u32) -> f32 {
+    let ntk = (HEAD_K + 31u) / 32u;
+    let ntv = (k4(HEAD_V) + 31u) / 32u;
+    if (tile < ntk) {
+        return qk_at(1u, m, tile * 32u + cc, t0, l, h);
+    }
+    if (tile < ntk + ntv) {
+        return v_at(m, (tile - ntk) * 32u + cc, t0, l, hv);
+    }
+    return qk_at(0u, m, (tile - ntk - ntv) * 32u + cc, t0, l, h);
+}
+
+// A and P of row i, columns 4 tx .. 4 tx + 3 from the raw K Kᵀ / Q Kᵀ sums.
+fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
+    for (var b = 0u; b < 4u; b++) {
+        let j = tx * 4u + b;
+        var av = 0.0;
+        var pv = 0.0;
+        if (j <= i && i < l) {
+            let e = exp(s_gam[i] - s_gam[j]);
+            let rk = s_rk[i] * s_rk[j];
+            if (j < i) {
+                av = s_beta[i] * e * kk[b] * rk;
+            }
+            pv = prm.scale * e * qk[b] * s_rq[i] * s_rk[j];
+        }
+        if (j < i) {
+            at_set(i * AS + j, av);
+        }
+        wsa[base_p + j * 64u + i] = pv;
+    }
+}
+
+// Tᵀ[m][i] (row stride 64) at flat index idx = 64 m + i: T[i][m] for m < i < L, 1 on the
+// diagonal, 0 elsewhere (read from the solve's layout).
+fn t_entry(idx: u32, l: u32) -> f32 {
+    let m = idx / 64u;
+    let i = idx % 64u;
+    if (m < i && i < l) {
+        return at_get(m * AS + i);
+    }
+    return select(0.0, 1.0, m == i);
+}
+
+// Scale one raw source element into the s_x tile (and, for W tiles, write kdec).
+// Rows m >= L are written as zeros (whatever Γ holds there).
+fn put_src(kind: u32, c0: u32, m: u32, cc: u32, raw: f32, l: u32, glast: f32, base_kd: u32) {
+    var x = 0.0;
+    let live = m < l;
+    if (kind == 0u) {
+        x = s_beta[m] * raw * s_rk[m] * exp(s_gam[m]);
+        if (c0 + cc < HEAD_K) {
+            let kd = s_rk[m] * raw * exp(glast - s_gam[m]);
+            wsa[base_kd + m * k4(HEAD_K) + c0 + cc] = select(0.0, kd, live);
+        }
+    } else if (kind == 1u) {
+        x = s_beta[m] * raw;
+    } else {
+        x = prm.scale * s_rq[m] * raw * exp(s_gam[m]);
+    }
+    x_set(m * XS + cc, select(0.0, x, live));
+}
+
+// W or U rows 4 ty .. 4 ty + 3 (acc_a), columns c0 + 2 tx, + 1.
+fn put_wu(is_w: bool, i: u32, col: u32, acc: vec2<f32>, l: u32, base_w: u32, base_u: u32) {
+    let V4 = k4(HEAD_V);
+    for (var b = 0u; b < 2u; b++) {
+        let cc = col + b;
+        let out = select(acc[b], 0.0, i >= l);
+        if (is_w) {
+            if (cc < HEAD_K) {
+                wsa[base_w + cc * 64u + i] = out;
+            }
+        } else if (cc < V4) {
+            wsu[base_u + i * V4 + cc] = out;
+        }
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let c = wid.x + wid.y * prm.grid_c;
@@ -108,7 +237,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base_gl = base_w + ws_gl(K);
     let base_u = slot * 64u * V4;
 
-    // 1. gates, betas, inverse norms
+    // Dot-product tile loads: rows li + 16 r (r < 4), channel d0 + ld_c; issued now for d0 = 0.
+    let li = tid / 16u;
+    let ld_c = tid % 16u;
+    var pk0 = qk_at(1u, li, ld_c, t0, L, h);
+    var pk1 = qk_at(1u, li + 16u, ld_c, t0, L, h);
+    var pk2 = qk_at(1u, li + 32u, ld_c, t0, L, h);
+    var pk3 = qk_at(1u, li + 48u, ld_c, t0, L, h);
+    var pq0 = qk_at(0u, li, ld_c, t0, L, h);
+    var pq1 = qk_at(0u, li + 16u, ld_c, t0, L, h);
+    var pq2 = qk_at(0u, li + 32u, ld_c, t0, L, h);
+    var pq3 = qk_at(0u, li + 48u, ld_c, t0, L, h);
+
+    // 1. gates and betas
     if (tid < 64u) {
         let i = tid;
         var gam = 0.0;
@@ -126,96 +267,110 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             gam = gate_value(ld_g(t * HV + hv), prm.gate, a, bias, prm.has_a_log, prm.lb);
             bet = beta_value(ld_beta(t * HV + hv), prm.beta_mode);
         }
-        s_gam[i] = gam;
+        s_rq[i] = gam;   // raw log decays; s_rq is scratch until the norms are written
         s_beta[i] = bet;
-    } else if (tid < 192u) {
-        let which = (tid - 64u) / 64u; // 0 q, 1 k
-        let i = tid % 64u;
-        var r = 1.0;
-        if (prm.l2norm == 1u && i < L) {
-            let base = ((t0 + i) * prm.heads + h) * K;
-            var ss = 0.0;
-            for (var d = 0u; d < K; d++) {
-                let x = ld(which, base + d);
-                ss += x * x;
-            }
-            r = 1.0 / sqrt(ss + 1e-6);
-        }
-        if (which == 0u) { s_rq[i] = r; } else { s_rk[i] = r; }
     }
     workgroupBarrier();
-    if (tid == 0u) {
+    // Γ_i: one running sum in row order per invocation (the additions of a sequential scan;
+    // masked rows add +0), four loads at a time
+    if (tid < 64u) {
         var acc = 0.0;
-        for (var i = 0u; i < 64u; i++) {
-            acc += s_gam[i];
-            s_gam[i] = acc;
+        for (var m = 0u; m < 64u; m += 4u) {
+            acc += select(0.0, s_rq[m], m <= tid);
+            acc += select(0.0, s_rq[m + 1u], m + 1u <= tid);
+            acc += select(0.0, s_rq[m + 2u], m + 2u <= tid);
+            acc += select(0.0, s_rq[m + 3u], m + 3u <= tid);
         }
+        s_gam[tid] = acc;
     }
-    workgroupBarrier();
 
-    // 2. K K^T and Q K^T, 4 x 4 per invocation
+    // 2. K Kᵀ and Q Kᵀ, rows 4 ty + a (kk_a, qk_a), columns 4 tx ..; tiles of 16 channels stored
+    //    channel-major (Kᵀ at 0, Qᵀ at 16 XT), the next tile loaded while this one is used.
+    //    Invocations 0..127 also sum the squares of row tid % 64 of k (< 64) or q.
     let ty = tid / 16u;
     let tx = tid % 16u;
-    var akk: array<f32, 16>;
-    var aqk: array<f32, 16>;
-    for (var x = 0u; x < 16u; x++) { akk[x] = 0.0; aqk[x] = 0.0; }
+    var kk0 = vec4<f32>(0.0);
+    var kk1 = vec4<f32>(0.0);
+    var kk2 = vec4<f32>(0.0);
+    var kk3 = vec4<f32>(0.0);
+    var qk0 = vec4<f32>(0.0);
+    var qk1 = vec4<f32>(0.0);
+    var qk2 = vec4<f32>(0.0);
+    var qk3 = vec4<f32>(0.0);
+    var ss = 0.0;
+    let nrow = tid % 64u;
+    let nbase = select(16u * XT, 0u, tid < 64u);
     for (var d0 = 0u; d0 < K; d0 += 16u) {
-        for (var r = 0u; r < 4u; r++) {
-            let idx = tid + 256u * r;
-            let i = idx / 16u;
-            let dd = idx % 16u;
-            var kv = 0.0;
-            var qv = 0.0;
-            if (i < L && d0 + dd < K) {
-                let e = ((t0 + i) * prm.heads + h) * K + d0 + dd;
-                kv = ld(1u, e);
-                qv = ld(0u, e);
-            }
-            s_x[i * TS + dd] = kv;
-            s_x[1088u + i * TS + dd] = qv;
-        }
+        x_set(ld_c * XT + li, pk0);
+        x_set(ld_c * XT + li + 16u, pk1);
+        x_set(ld_c * XT + li + 32u, pk2);
+        x_set(ld_c * XT + li + 48u, pk3);
+        x_set(16u * XT + ld_c * XT + li, pq0);
+        x_set(16u * XT + ld_c * XT + li + 16u, pq1);
+        x_set(16u * XT + ld_c * XT + li + 32u, pq2);
+        x_set(16u * XT + ld_c * XT + li + 48u, pq3);
         workgroupBarrier();
+        let dn = d0 + 16u + ld_c;
+        pk0 = qk_at(1u, li, dn, t0, L, h);
+        pk1 = qk_at(1u, li + 16u, dn, t0, L, h);
+        pk2 = qk_at(1u, li + 32u, dn, t0, L, h);
+        pk3 = qk_at(1u, li + 48u, dn, t0, L, h);
+        pq0 = qk_at(0u, li, dn, t0, L, h);
+        pq1 = qk_at(0u, li + 16u, dn, t0, L, h);
+        pq2 = qk_at(0u, li + 32u, dn, t0, L, h);
+        pq3 = qk_at(0u, li + 48u, dn, t0, L, h);
+        if (prm.l2norm == 1u && tid < 128u) {
+            for (var dd = 0u; dd < 16u; dd++) {
+                let x = x_get(nbase + dd * XT + nrow);
+                ss += x * x;
+            }
+        }
         if (tx <= ty) {
             for (var dd = 0u; dd < 16u; dd++) {
-                var ka: array<f32, 4>;
-                var qa: array<f32, 4>;
-                var kj: array<f32, 4>;
-                for (var a = 0u; a < 4u; a++) {
-                    ka[a] = s_x[(ty * 4u + a) * TS + dd];
-                    qa[a] = s_x[1088u + (ty * 4u + a) * TS + dd];
-                    kj[a] = s_x[(tx * 4u + a) * TS + dd];
-                }
-                for (var a = 0u; a < 4u; a++) {
-                    for (var b = 0u; b < 4u; b++) {
-                        akk[a * 4u + b] += ka[a] * kj[b];
-                        aqk[a * 4u + b] += qa[a] * kj[b];
-                    }
-                }
+                let ka = s_x[dd * (XT / 4u) + ty];
+                let qa = s_x[4u * XT + dd * (XT / 4u) + ty];
+                let kj = s_x[dd * (XT / 4u) + tx];
+                kk0 += ka.x * kj;
+                kk1 += ka.y * kj;
+                kk2 += ka.z * kj;
+                kk3 += ka.w * kj;
+                qk0 += qa.x * kj;
+                qk1 += qa.y * kj;
+                qk2 += qa.z * kj;
+                qk3 += qa.w * kj;
             }
         }
         workgroupBarrier();
     }
-    for (var a = 0u; a < 4u; a++) {
-        let i = ty * 4u + a;
-        for (var b = 0u; b < 4u; b++) {
-            let j = tx * 4u + b;
-            var av = 0.0;
-            var pv = 0.0;
-            if (j <= i && i < L) {
-                let e = exp(s_gam[i] - s_gam[j]);
-                let rk = s_rk[i] * s_rk[j];
-                if (j < i) {
-                    av = s_beta[i] * e * akk[a * 4u + b] * rk;
-                }
-                pv = prm.scale * e * aqk[a * 4u + b] * s_rq[i] * s_rk[j];
-            }
-            if (j < i) {
-                at_set(i * AS + j, av);
-            }
-            wsa[base_p + j * 64u + i] = pv;
+    if (tid < 128u) {
+        var r = 1.0;
+        if (prm.l2norm == 1u && nrow < L) {
+            r = 1.0 / sqrt(ss + 1e-6);
         }
+        if (tid < 64u) { s_rk[nrow] = r; } else { s_rq[nrow] = r; }
     }
     workgroupBarrier();
+    put_ap(ty * 4u, tx, kk0, qk0, L, base_p);
+    put_ap(ty * 4u + 1u, tx, kk1, qk1, L, base_p);
+    put_ap(ty * 4u + 2u, tx, kk2, qk2, L, base_p);
+    put_ap(ty * 4u + 3u, tx, kk3, qk3, L, base_p);
+    workgroupBarrier();
+
+    // The first source tile of step 4 (k of channels 0..31), loaded during the solve.
+    let glast = s_gam[max(L, 1u) - 1u];
+    let ntk = (K + 31u) / 32u;
+    let ntv = (V4 + 31u) / 32u;
+    let ntot = 2u * ntk + ntv;
+    let sm = tid / 32u;
+    let scc = tid % 32u;
+    var r0 = src_at(0u, sm, scc, t0, L, h, hv);
+    var r1 = src_at(0u, sm + 8u, scc, t0, L, h, hv);
+    var r2 = src_at(0u, sm + 16u, scc, t0, L, h, hv);
+    var r3 = src_at(0u, sm + 24u, scc, t0, L, h, hv);
+    var r4 = src_at(0u, sm + 32u, scc, t0, L, h, hv);
+    var r5 = src_at(0u, sm + 40u, scc, t0, L, h, hv);
+    var r6 = src_at(0u, sm + 48u, scc, t0, L, h, hv);
+    var r7 = src_at(0u, sm + 56u, scc, t0, L, h, hv);
 
     // 3. T = (I + A)^-1, unit lower triangular, by blocks of 16 (T[i][j] stored at s_at[j][i]):
     //    the four diagonal blocks by forward substitution, one column per invocation,
@@ -224,10 +379,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (tid < 64u) {
         let j = tid;
         let bend = (j / 16u) * 16u + 16u;
+        let b0 = bend - 16u;
         for (var i = j + 1u; i < bend; i++) {
             var acc = -at_get(i * AS + j);
-            for (var m = j + 1u; m < i; m++) {
-                acc -= at_get(i * AS + m) * at_get(j * AS + m);
+            for (var m = b0; m < bend; m += 4u) {
+                acc -= sub_term(i, j, m);
+                acc -= sub_term(i, j, m + 1u);
+                acc -= sub_term(i, j, m + 2u);
+                acc -= sub_term(i, j, m + 3u);
             }
             at_set(j * AS + i, acc);
         }
@@ -242,16 +401,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let i = bi * 16u + (idx % 256u) / 16u;
             let j = bj * 16u + idx % 16u;
             var x = 0.0;
-            for (var k = bj * 16u; k < bi * 16u; k++) {
-                var t = 0.0;
-                if (k == j) {
-                    t = 1.0;
-                } else if (k > j) {
-                    t = at_get(j * AS + k);
-                }
-                x += at_get(i * AS + k) * t;
+            for (var k = bj * 16u; k < bi * 16u; k += 4u) {
+                x += merge_term(i, j, k);
+                x += merge_term(i, j, k + 1u);
+                x += merge_term(i, j, k + 2u);
+                x += merge_term(i, j, k + 3u);
             }
-            s_x[idx] = x;
+            x_set(idx, x);
         }
         workgroupBarrier();
         for (var idx = tid; idx < nb * 256u; idx += 256u) {
@@ -260,128 +416,108 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let r = (idx % 256u) / 16u;
             let i = bi * 16u + r;
             let j = bj * 16u + idx % 16u;
-            var acc = s_x[idx];
+            var acc = x_get(idx);
             for (var rr = 0u; rr < r; rr++) {
-                acc += at_get((bi * 16u + rr) * AS + i) * s_x[bj * 256u + rr * 16u + idx % 16u];
+                acc += at_get((bi * 16u + rr) * AS + i) * x_get(bj * 256u + rr * 16u + idx % 16u);
             }
             at_set(j * AS + i, -acc);
         }
         workgroupBarrier();
     }
-    // Tᵀ[m][i] (row stride 64): T[i][m] for m < i < L, 1 on the diagonal, 0 elsewhere
-    var tv: array<f32, 16>;
-    for (var r = 0u; r < 16u; r++) {
-        let idx = tid + 256u * r;
-        let m = idx / 64u;
-        let i = idx % 64u;
-        var t = 0.0;
-        if (m < i && i < L) {
-            t = at_get(m * AS + i);
-        } else if (m == i) {
-            t = 1.0;
-        }
-        tv[r] = t;
-    }
+    // Tᵀ[m][i] (row stride 64) through registers: 16 entries an invocation
+    let tt0 = vec4<f32>(t_entry(tid, L), t_entry(tid + 256u, L), t_entry(tid + 512u, L),
+        t_entry(tid + 768u, L));
+    let tt1 = vec4<f32>(t_entry(tid + 1024u, L), t_entry(tid + 1280u, L),
+        t_entry(tid + 1536u, L), t_entry(tid + 1792u, L));
+    let tt2 = vec4<f32>(t_entry(tid + 2048u, L), t_entry(tid + 2304u, L),
+        t_entry(tid + 2560u, L), t_entry(tid + 2816u, L));
+    let tt3 = vec4<f32>(t_entry(tid + 3072u, L), t_entry(tid + 3328u, L),
+        t_entry(tid + 3584u, L), t_entry(tid + 3840u, L));
     workgroupBarrier();
-    for (var r = 0u; r < 16u; r++) {
-        at_set(tid + 256u * r, tv[r]);
-    }
-    workgroupBarrier();
+    at_set(tid, tt0.x);
+    at_set(tid + 256u, tt0.y);
+    at_set(tid + 512u, tt0.z);
+    at_set(tid + 768u, tt0.w);
+    at_set(tid + 1024u, tt1.x);
+    at_set(tid + 1280u, tt1.y);
+    at_set(tid + 1536u, tt1.z);
+    at_set(tid + 1792u, tt1.w);
+    at_set(tid + 2048u, tt2.x);
+    at_set(tid + 2304u, tt2.y);
+    at_set(tid + 2560u, tt2.z);
+    at_set(tid + 2816u, tt2.w);
+    at_set(tid + 3072u, tt3.x);
+    at_set(tid + 3328u, tt3.y);
+    at_set(tid + 3584u, tt3.z);
+    at_set(tid + 3840u, tt3.w);
 
-    // 4. W = T (beta K e^Γ) and U = T (beta V), 32 columns a tile, 4 x 2 per invocation.
-    let ntk = (K + 31u) / 32u;
-    let ntv = (V4 + 31u) / 32u;
-    for (var tile = 0u; tile < ntk + ntv; tile++) {
-        let is_w = tile < ntk;
+    // 4. One stream of 64 x 32 source tiles: W = T (beta K e^Γ) (kind 0, which also writes
+    //    kdec = k e^(Γ_last − Γ)), U = T (beta V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a
+    //    coalesced transpose). Each invocation holds rows sm + 8 r (r < 8), column scc of the next
+    //    tile in registers while the current one is used.
+    for (var tile = 0u; tile < ntot; tile++) {
+        var kind = 0u;
         var c0 = tile * 32u;
-        var width = K;
-        if (!is_w) {
+        if (tile >= ntk + ntv) {
+            kind = 2u;
+            c0 = (tile - ntk - ntv) * 32u;
+        } else if (tile >= ntk) {
+            kind = 1u;
             c0 = (tile - ntk) * 32u;
-            width = V;
         }
-        for (var r = 0u; r < 8u; r++) {
-            let idx = tid + 256u * r;
-            let m = idx / 32u;
-            let cc = idx % 32u;
-            var x = 0.0;
-            if (m < L && c0 + cc < width) {
-                if (is_w) {
-                    let e = ((t0 + m) * prm.heads + h) * K + c0 + cc;
-                    x = s_beta[m] * ld(1u, e) * s_rk[m] * exp(s_gam[m]);
-                } else {
-                    let e = ((t0 + m) * HV + hv) * V + c0 + cc;
-                    x = s_beta[m] * ld(2u, e);
-                }
-            }
-            s_x[m * XS + cc] = x;
-        }
+        put_src(kind, c0, sm, scc, r0, L, glast, base_kd);
+        put_src(kind, c0, sm + 8u, scc, r1, L, glast, base_kd);
+        put_src(kind, c0, sm + 16u, scc, r2, L, glast, base_kd);
+        put_src(kind, c0, sm + 24u, scc, r3, L, glast, base_kd);
+        put_src(kind, c0, sm + 32u, scc, r4, L, glast, base_kd);
+        put_src(kind, c0, sm + 40u, scc, r5, L, glast, base_kd);
+        put_src(kind, c0, sm + 48u, scc, r6, L, glast, base_kd);
+        put_src(kind, c0, sm + 56u, scc, r7, L, glast, base_kd);
         workgroupBarrier();
-        // out[i] = sum_{m <= i} T[i][m] X[m] for rows i = 4 ty + a, columns 2 tx + b
-        var acc: array<vec2<f32>, 4>;
-        for (var a = 0u; a < 4u; a++) { acc[a] = vec2<f32>(0.0); }
-        let mend = min(L, ty * 4u + 4u);
-        for (var m = 0u; m < mend; m++) {
-            let xv = vec2<f32>(s_x[m * XS + tx * 2u], s_x[m * XS + tx * 2u + 1u]);
-            let t = s_at[m * 16u + ty];
-            acc[0] += t.x * xv;
-            acc[1] += t.y * xv;
-            acc[2] += t.z * xv;
-            acc[3] += t.w * xv;
-        }
-        for (var a = 0u; a < 4u; a++) {
-            let i = ty * 4u + a;
-            for (var b = 0u; b < 2u; b++) {
-                let cc = tx * 2u + b;
-                let out = select(acc[a][b], 0.0, i >= L);
-                if (is_w) {
-                    if (c0 + cc < K) {
-                        wsa[base_w + (c0 + cc) * 64u + i] = out;
-                    }
-                } else if (c0 + cc < V4) {
-                    wsu[base_u + i * V4 + c0 + cc] = out;
+        let tn = min(tile + 1u, ntot - 1u);
+        r0 = src_at(tn, sm, scc, t0, L, h, hv);
+        r1 = src_at(tn, sm + 8u, scc, t0, L, h, hv);
+        r2 = src_at(tn, sm + 16u, scc, t0, L, h, hv);
+        r3 = src_at(tn, sm + 24u, scc, t0, L, h, hv);
+        r4 = src_at(tn, sm + 32u, scc, t0, L, h, hv);
+        r5 = src_at(tn, sm + 40u, scc, t0, L, h, hv);
+        r6 = src_at(tn, sm + 48u, scc, t0, L, h, hv);
+        r7 = src_at(tn, sm + 56u, scc, t0, L, h, hv);
+        if (kind == 2u) {
+            // qdecᵀ rows c0 + cc: 64 contiguous tokens each
+            for (var r = 0u; r < 8u; r++) {
+                let idx = tid + 256u * r;
+                let cc = idx / 64u;
+                let i = idx % 64u;
+                if (c0 + cc < K) {
+                    wsa[base_qd + (c0 + cc) * 64u + i] = x_get(i * XS + cc);
                 }
             }
+        } else {
+            // out[i] = sum_{m <= i} T[i][m] X[m] for rows i = 4 ty + a, columns 2 tx + b
+            var a0 = vec2<f32>(0.0);
+            var a1 = vec2<f32>(0.0);
+            var a2 = vec2<f32>(0.0);
+            var a3 = vec2<f32>(0.0);
+            let mend = min(L, ty * 4u + 4u);
+            for (var m = 0u; m < mend; m++) {
+                let xv = vec2<f32>(x_get(m * XS + tx * 2u), x_get(m * XS + tx * 2u + 1u));
+                let t = s_at[m * 16u + ty];
+                a0 += t.x * xv;
+                a1 += t.y * xv;
+                a2 += t.z * xv;
+                a3 += t.w * xv;
+            }
+            let is_w = kind == 0u;
+            put_wu(is_w, ty * 4u, c0 + tx * 2u, a0, L, base_w, base_u);
+            put_wu(is_w, ty * 4u + 1u, c0 + tx * 2u, a1, L, base_w, base_u);
+            put_wu(is_w, ty * 4u + 2u, c0 + tx * 2u, a2, L, base_w, base_u);
+            put_wu(is_w, ty * 4u + 3u, c0 + tx * 2u, a3, L, base_w, base_u);
         }
         workgroupBarrier();
     }
 
-    // 5. qdecᵀ = (scale q e^Γ)ᵀ [K][64], through a 64 x 32 tile so reads and writes coalesce
-    for (var c0 = 0u; c0 < K; c0 += 32u) {
-        for (var r = 0u; r < 8u; r++) {
-            let idx = tid + 256u * r;
-            let i = idx / 32u;
-            let cc = idx % 32u;
-            var x = 0.0;
-            if (i < L && c0 + cc < K) {
-                let e = ((t0 + i) * prm.heads + h) * K + c0 + cc;
-                x = prm.scale * s_rq[i] * ld(0u, e) * exp(s_gam[i]);
-            }
-            s_x[i * XS + cc] = x;
-        }
-        workgroupBarrier();
-        for (var r = 0u; r < 8u; r++) {
-            let idx = tid + 256u * r;
-            let cc = idx / 64u;
-            let i = idx % 64u;
-            if (c0 + cc < K) {
-                wsa[base_qd + (c0 + cc) * 64u + i] = s_x[i * XS + cc];
-            }
-        }
-        workgroupBarrier();
-    }
-
-    // 6. decayed k, and e^Γ_last
-    let glast = s_gam[max(L, 1u) - 1u];
-    for (var idx = tid; idx < 64u * K; idx += 256u) {
-        let i = idx / K;
-        let d = idx % K;
-        var kd = 0.0;
-        if (i < L) {
-            let e = ((t0 + i) * prm.heads + h) * K + d;
-            kd = s_rk[i] * ld(1u, e) * exp(glast - s_gam[i]);
-        }
-        wsa[base_kd + i * K4 + d] = kd;
-    }
+    // 5. kdec padding columns and e^Γ_last
     for (var idx = tid; idx < 64u * (K4 - K); idx += 256u) {
         let i = idx / (K4 - K);
         wsa[base_kd + i * K4 + K + idx % (K4 - K)] = 0.0;

@@ -17,11 +17,19 @@
 // evaluated element by element inside the dot products (no factoring through e^-Γ), so softplus
 // gates of any size are safe.
 //
+// v2 (bench/NOTES.md "WGSL v2"): q/k/g/v and Γ loads are issued one tile ahead of their use
+// (named registers, unconditional loads at clamped indices, zeroed by selection); the q/k norms
+// come from the K Kᵀ tiles; W, U and qdec are one stream of source tiles and kdec is written
+// from the W tiles; no private arrays (register tiles are named vec4s).
+//
 // SAFETY (unchecked module): every storage index below is < the buffer length the host sized:
-// token t = t0 + i with i < L and t0 + L <= T (chunk table built from validated cu_seqlens);
-// head h = hv / group < H, hv < HV; channels d < K, e < V; workspace slots (c * hvb + z) with
-// c < chunks, z < hvb. Workgroup arrays are indexed by i, j < 64, dd < 16 (tile) and
-// m < 64 within their declared sizes.
+// token t = t0 + i with i < L and t0 + L <= T (chunk table built from validated cu_seqlens); loads
+// outside the chunk or the head dims read row t0 (L >= 1), channel 0 instead and are zeroed;
+// head h = hv / group < H, hv < HV; channels d < K, e < V (dt_bias read only for gates that have
+// it, at channel min(d, K - 1)); workspace slots (c * hvb + z) with c < chunks, z < hvb, Γ rows
+// m < 64 and channels < K. Workgroup arrays are indexed by i, j < 64, dd < 16 (tile) and m < 64
+// within their declared sizes (the Γ scan's copy in s_at: rows < 64 of stride 17, < 1088 of its
+// 4160 floats, written after the tile's first barrier and read before its second).
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
@@ -83,6 +91,166 @@ fn at_set(x: u32, v: f32) {
     s_at[x >> 2u][x & 3u] = v;
 }
 
+// One term A[i][m] T[m][j] of the diagonal-block substitution, zero unless j < m < i (the loads
+// are unconditional at m' = min(m, i − 1): row i's A part and row j's A/T part, both settled, so
+// four terms issue their loads together).
+fn sub_term(i: u32, j: u32, m: u32) -> f32 {
+    let mm = min(m, i - 1u);
+    let p = at_get(i * AS + mm) * at_get(j * AS + mm);
+    return select(0.0, p, j < m && m < i);
+}
+
+// One term A[i][k] T[k][j] of a block merge (T[k][j] = 1 for k == j, 0 for k < j).
+fn merge_term(i: u32, j: u32, k: u32) -> f32 {
+    let tk = at_get(j * AS + k);
+    let t = select(select(0.0, tk, k > j), 1.0, k == j);
+    return at_get(i * AS + k) * t;
+}
+
+// q (which 0) or k (1) of chunk row i, channel d: an unconditional load (row t0, channel 0 when
+// outside the chunk or K) zeroed by selection, so a batch of these issues back to back.
+fn qk_at(which: u32, i: u32, d: u32, t0: u32, l: u32, h: u32) -> f32 {
+    let ok = i < l && d < HEAD_K;
+    let x = ld(which, ((t0 + select(0u, i, ok)) * prm.heads + h) * HEAD_K + select(0u, d, ok));
+    return select(0.0, x, ok);
+}
+
+// Raw gate input g of chunk row i, channel d (same scheme).
+fn g_at(i: u32, d: u32, t0: u32, l: u32, hv: u32) -> f32 {
+    let ok = i < l && d < HEAD_K;
+    let x = ld_g(((t0 + select(0u, i, ok)) * prm.vheads + hv) * HEAD_K + select(0u, d, ok));
+    return select(0.0, x, ok);
+}
+
+// The log decay of raw gate input x at row i, channel d (zero outside the chunk or K).
+fn gate_at(x: f32, i: u32, d: u32, l: u32, a_exp: f32, bias: f32) -> f32 {
+    let gv = gate_value(x, prm.gate, a_exp, bias, prm.has_a_log, prm.lb);
+    return select(0.0, gv, i < l && d < HEAD_K);
+}
+
+// v of chunk row i, column e (same scheme as qk_at).
+fn v_at(i: u32, e: u32, t0: u32, l: u32, hv: u32) -> f32 {
+    let ok = i < l && e < HEAD_V;
+    let x = ld(2u, ((t0 + select(0u, i, ok)) * prm.vheads + hv) * HEAD_V + select(0u, e, ok));
+    return select(0.0, x, ok);
+}
+
+// Raw source element (row m, column cc) of tile `tile` of the W/U/qdec stream: k for the first
+// ntk tiles, v for the next ntv, q for the last ntk (32 columns a tile).
+fn src_at(tile: u32, m: u32, cc: u32, t0: u32, l: u32, h: u32, hv: u32) -> f32 {
+    let ntk = (HEAD_K + 31u) / 32u;
+    let ntv = (k4(HEAD_V) + 31u) / 32u;
+    if (tile < ntk) {
+        return qk_at(1u, m, tile * 32u + cc, t0, l, h);
+    }
+    if (tile < ntk + ntv) {
+        return v_at(m, (tile - ntk) * 32u + cc, t0, l, hv);
+    }
+    return qk_at(0u, m, (tile - ntk - ntv) * 32u + cc, t0, l, h);
+}
+
+// Γ[m][channel of column cc] for the W and qdec tiles of the stream (0 for U tiles).
+fn gam_at(tile: u32, m: u32, cc: u32, base_gam: u32) -> f32 {
+    let ntk = (HEAD_K + 31u) / 32u;
+    let ntv = (k4(HEAD_V) + 31u) / 32u;
+    var d = tile * 32u + cc;
+    if (tile >= ntk + ntv) {
+        d = (tile - ntk - ntv) * 32u + cc;
+    } else if (tile >= ntk) {
+        return 0.0;
+    }
+    return wsa[base_gam + m * HEAD_K + min(d, HEAD_K - 1u)];
+}
+
+// A and P of row i, columns 4 tx .. 4 tx + 3 from the decayed K Kᵀ / Q Kᵀ sums.
+fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
+    for (var b = 0u; b < 4u; b++) {
+        let j = tx * 4u + b;
+        var av = 0.0;
+        var pv = 0.0;
+        if (j <= i && i < l) {
+            let rk = s_rk[i] * s_rk[j];
+            if (j < i) {
+                av = s_beta[i] * kk[b] * rk;
+            }
+            pv = prm.scale * qk[b] * s_rq[i] * s_rk[j];
+        }
+        if (j < i) {
+            at_set(i * AS + j, av);
+        }
+        wsa[base_p + j * 64u + i] = pv;
+    }
+}
+
+// Tᵀ[m][i] (row stride 64) at flat index idx = 64 m + i: T[i][m] for m < i < L, 1 on the
+// diagonal, 0 elsewhere (read from the solve's layout).
+fn t_entry(idx: u32, l: u32) -> f32 {
+    let m = idx / 64u;
+    let i = idx % 64u;
+    if (m < i && i < l) {
+        return at_get(m * AS + i);
+    }
+    return select(0.0, 1.0, m == i);
+}
+
+// Scale one raw source element into the s_x tile (and, for W tiles, write kdec); g = Γ[m][d],
+// gl = Γ_last[d]. Rows m >= L are written as zeros.
+fn put_src(kind: u32, c0: u32, m: u32, cc: u32, raw: f32, g: f32, gl: f32, l: u32, base_kd: u32) {
+    var x = 0.0;
+    let live = m < l;
+    if (kind == 0u) {
+        x = s_beta[m] * raw * s_rk[m] * exp(g);
+        if (c0 + cc < HEAD_K) {
+            let kd = s_rk[m] * raw * exp(gl - g);
+            wsa[base_kd + m * k4(HEAD_K) + c0 + cc] = select(0.0, kd, live);
+        }
+    } else if (kind == 1u) {
+        x = s_beta[m] * raw;
+    } else {
+        x = prm.scale * s_rq[m] * raw * exp(g);
+    }
+    s_x[m * XS + cc] = select(0.0, x, live);
+}
+
+// W or U row i (acc), columns col, col + 1.
+fn put_wu(is_w: bool, i: u32, col: u32, acc: vec2<f32>, l: u32, base_w: u32, base_u: u32) {
+    let V4 = k4(HEAD_V);
+    for (var b = 0u; b < 2u; b++) {
+        let cc = col + b;
+        let out = select(acc[b], 0.0, i >= l);
+        if (is_w) {
+            if (cc < HEAD_K) {
+                wsa[base_w + cc * 64u + i] = out;
+            }
+        } else if (cc < V4) {
+            wsu[base_u + i * V4 + cc] = out;
+        }
+    }
+}
+
+// Γ of rows r0 .. r0 + 3, channel dd of the tile (the scan's copy in s_at, row stride TS).
+fn gam4(r0: u32, dd: u32) -> vec4<f32> {
+    return vec4<f32>(at_get(r0 * TS + dd), at_get((r0 + 1u) * TS + dd),
+        at_get((r0 + 2u) * TS + dd), at_get((r0 + 3u) * TS + dd));
+}
+
+// acc plus the raw gates of rows start .. start + 15 of channel ch, added in row order.
+fn gsum16(acc: f32, start: u32, ch: u32) -> f32 {
+    var a = acc;
+    for (var m = start; m < start + 16u; m += 4u) {
+        a += s_x[2176u + m * TS + ch];
+        a += s_x[2176u + (m + 1u) * TS + ch];
+        a += s_x[2176u + (m + 2u) * TS + ch];
+        a += s_x[2176u + (m + 3u) * TS + ch];
+    }
+    return a;
+}
+
+fn row4(base: u32, r0: u32, dd: u32) -> vec4<f32> {
+    return vec4<f32>(s_x[base + r0 * TS + dd], s_x[base + (r0 + 1u) * TS + dd],
+        s_x[base + (r0 + 2u) * TS + dd], s_x[base + (r0 + 3u) * TS + dd]);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let c = wid.x + wid.y * prm.grid_c;
@@ -113,7 +281,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base_gam = base_w + ws_gam(K);
     let base_u = slot * 64u * V4;
 
-    // 1. betas and inverse norms
+    // Dot-product tile loads: rows li + 16 r (r < 4), channel d0 + ld_c; issued now for d0 = 0.
+    let li = tid / 16u;
+    let ld_c = tid % 16u;
+    var pk0 = qk_at(1u, li, ld_c, t0, L, h);
+    var pk1 = qk_at(1u, li + 16u, ld_c, t0, L, h);
+    var pk2 = qk_at(1u, li + 32u, ld_c, t0, L, h);
+    var pk3 = qk_at(1u, li + 48u, ld_c, t0, L, h);
+    var pq0 = qk_at(0u, li, ld_c, t0, L, h);
+    var pq1 = qk_at(0u, li + 16u, ld_c, t0, L, h);
+    var pq2 = qk_at(0u, li + 32u, ld_c, t0, L, h);
+    var pq3 = qk_at(0u, li + 48u, ld_c, t0, L, h);
+    var pg0 = g_at(li, ld_c, t0, L, hv);
+    var pg1 = g_at(li + 16u, ld_c, t0, L, hv);
+    var pg2 = g_at(li + 32u, ld_c, t0, L, hv);
+    var pg3 = g_at(li + 48u, ld_c, t0, L, hv);
+    var pb = 0.0;
+    if (prm.gate != 0u) {
+        pb = bitcast<f32>(aux[prm.aux_params + HV + hv * K + min(ld_c, K - 1u)]);
+    }
+
+    // 1. betas
     if (tid < 64u) {
         let i = tid;
         var bet = 0.0;
@@ -121,121 +309,152 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             bet = beta_value(ld_beta((t0 + i) * HV + hv), prm.beta_mode);
         }
         s_beta[i] = bet;
-    } else if (tid < 192u) {
-        let which = (tid - 64u) / 64u; // 0 q, 1 k
-        let i = tid % 64u;
-        var r = 1.0;
-        if (prm.l2norm == 1u && i < L) {
-            let base = ((t0 + i) * prm.heads + h) * K;
-            var ss = 0.0;
-            for (var d = 0u; d < K; d++) {
-                let x = ld(which, base + d);
-                ss += x * x;
-            }
-            r = 1.0 / sqrt(ss + 1e-6);
-        }
-        if (which == 0u) { s_rq[i] = r; } else { s_rk[i] = r; }
     }
     var a_exp = 1.0;
     if (prm.has_a_log == 1u) {
         a_exp = exp(bitcast<f32>(aux[prm.aux_params + hv]));
     }
-    workgroupBarrier();
 
-    // 2. K K^T and Q K^T, 4 x 4 per invocation
+    // 2. K Kᵀ and Q Kᵀ with the per-channel decay inside, rows 4 ty + a (kk_a, qk_a), columns
+    //    4 tx ..; the next tile loaded while this one is used. Invocations 0..127 also sum the
+    //    squares of row tid % 64 of k (< 64) or q.
     let ty = tid / 16u;
     let tx = tid % 16u;
-    var akk: array<f32, 16>;
-    var aqk: array<f32, 16>;
-    for (var x = 0u; x < 16u; x++) { akk[x] = 0.0; aqk[x] = 0.0; }
+    var kk0 = vec4<f32>(0.0);
+    var kk1 = vec4<f32>(0.0);
+    var kk2 = vec4<f32>(0.0);
+    var kk3 = vec4<f32>(0.0);
+    var qk0 = vec4<f32>(0.0);
+    var qk1 = vec4<f32>(0.0);
+    var qk2 = vec4<f32>(0.0);
+    var qk3 = vec4<f32>(0.0);
+    var ss = 0.0;
+    let nrow = tid % 64u;
+    let nbase = select(1088u, 0u, tid < 64u);
     for (var d0 = 0u; d0 < K; d0 += 16u) {
-        for (var r = 0u; r < 4u; r++) {
-            let idx = tid + 256u * r;
-            let i = idx / 16u;
-            let dd = idx % 16u;
-            var kv = 0.0;
-            var qv = 0.0;
-            var gv = 0.0;
-            if (i < L && d0 + dd < K) {
-                let e = ((t0 + i) * prm.heads + h) * K + d0 + dd;
-                kv = ld(1u, e);
-                qv = ld(0u, e);
-                var bias = 0.0;
-                if (prm.gate != 0u) {
-                    bias = bitcast<f32>(aux[prm.aux_params + HV + hv * K + d0 + dd]);
-                }
-                gv = gate_value(ld_g(((t0 + i) * HV + hv) * K + d0 + dd), prm.gate, a_exp, bias,
-                    prm.has_a_log, prm.lb);
+        let d = d0 + ld_c;
+        s_x[li * TS + ld_c] = pk0;
+        s_x[(li + 16u) * TS + ld_c] = pk1;
+        s_x[(li + 32u) * TS + ld_c] = pk2;
+        s_x[(li + 48u) * TS + ld_c] = pk3;
+        s_x[1088u + li * TS + ld_c] = pq0;
+        s_x[1088u + (li + 16u) * TS + ld_c] = pq1;
+        s_x[1088u + (li + 32u) * TS + ld_c] = pq2;
+        s_x[1088u + (li + 48u) * TS + ld_c] = pq3;
+        s_x[2176u + li * TS + ld_c] = gate_at(pg0, li, d, L, a_exp, pb);
+        s_x[2176u + (li + 16u) * TS + ld_c] = gate_at(pg1, li + 16u, d, L, a_exp, pb);
+        s_x[2176u + (li + 32u) * TS + ld_c] = gate_at(pg2, li + 32u, d, L, a_exp, pb);
+        s_x[2176u + (li + 48u) * TS + ld_c] = gate_at(pg3, li + 48u, d, L, a_exp, pb);
+        workgroupBarrier();
+        let dn = d + 16u;
+        pk0 = qk_at(1u, li, dn, t0, L, h);
+        pk1 = qk_at(1u, li + 16u, dn, t0, L, h);
+        pk2 = qk_at(1u, li + 32u, dn, t0, L, h);
+        pk3 = qk_at(1u, li + 48u, dn, t0, L, h);
+        pq0 = qk_at(0u, li, dn, t0, L, h);
+        pq1 = qk_at(0u, li + 16u, dn, t0, L, h);
+        pq2 = qk_at(0u, li + 32u, dn, t0, L, h);
+        pq3 = qk_at(0u, li + 48u, dn, t0, L, h);
+        pg0 = g_at(li, dn, t0, L, hv);
+        pg1 = g_at(li + 16u, dn, t0, L, hv);
+        pg2 = g_at(li + 32u, dn, t0, L, hv);
+        pg3 = g_at(li + 48u, dn, t0, L, hv);
+        if (prm.gate != 0u) {
+            pb = bitcast<f32>(aux[prm.aux_params + HV + hv * K + min(dn, K - 1u)]);
+        }
+        if (prm.l2norm == 1u && tid < 128u) {
+            for (var dd = 0u; dd < 16u; dd++) {
+                let x = s_x[nbase + nrow * TS + dd];
+                ss += x * x;
             }
-            s_x[i * TS + dd] = kv;
-            s_x[1088u + i * TS + dd] = qv;
-            s_x[2176u + i * TS + dd] = gv;
+        }
+        // Γ: inclusive cumulative sum down channel ld_c, rows li + 16 r, as one running sum in
+        // row order (the same additions as a sequential scan), four rows of loads at a time, into
+        // s_at (free until A is written) and the workspace
+        var gacc = 0.0;
+        for (var m = 0u; m < 16u; m += 4u) {
+            gacc += select(0.0, s_x[2176u + m * TS + ld_c], m <= li);
+            gacc += select(0.0, s_x[2176u + (m + 1u) * TS + ld_c], m + 1u <= li);
+            gacc += select(0.0, s_x[2176u + (m + 2u) * TS + ld_c], m + 2u <= li);
+            gacc += select(0.0, s_x[2176u + (m + 3u) * TS + ld_c], m + 3u <= li);
+        }
+        let gp0 = gacc;
+        let gp1 = gsum16(gp0, li + 1u, ld_c);
+        let gp2 = gsum16(gp1, li + 17u, ld_c);
+        let gp3 = gsum16(gp2, li + 33u, ld_c);
+        at_set(li * TS + ld_c, gp0);
+        at_set((li + 16u) * TS + ld_c, gp1);
+        at_set((li + 32u) * TS + ld_c, gp2);
+        at_set((li + 48u) * TS + ld_c, gp3);
+        if (d < K) {
+            wsa[base_gam + li * K + d] = gp0;
+            wsa[base_gam + (li + 16u) * K + d] = gp1;
+            wsa[base_gam + (li + 32u) * K + d] = gp2;
+            wsa[base_gam + (li + 48u) * K + d] = gp3;
         }
         workgroupBarrier();
-        // Γ: inclusive cumulative sum down each channel of the tile
-        if (tid < 16u) {
-            var acc = 0.0;
-            for (var i = 0u; i < 64u; i++) {
-                acc += s_x[2176u + i * TS + tid];
-                s_x[2176u + i * TS + tid] = acc;
-            }
-        }
-        workgroupBarrier();
-        for (var r = 0u; r < 4u; r++) {
-            let idx = tid + 256u * r;
-            let i = idx / 16u;
-            let dd = idx % 16u;
-            if (d0 + dd < K) {
-                wsa[base_gam + i * K + d0 + dd] = s_x[2176u + i * TS + dd];
-            }
-        }
         if (tx <= ty) {
             for (var dd = 0u; dd < 16u; dd++) {
-                var ka: array<f32, 4>;
-                var qa: array<f32, 4>;
-                var ga: array<f32, 4>;
-                var kj: array<f32, 4>;
-                var gj: array<f32, 4>;
-                for (var a = 0u; a < 4u; a++) {
-                    ka[a] = s_x[(ty * 4u + a) * TS + dd];
-                    qa[a] = s_x[1088u + (ty * 4u + a) * TS + dd];
-                    ga[a] = s_x[2176u + (ty * 4u + a) * TS + dd];
-                    kj[a] = s_x[(tx * 4u + a) * TS + dd];
-                    gj[a] = s_x[2176u + (tx * 4u + a) * TS + dd];
-                }
-                for (var a = 0u; a < 4u; a++) {
-                    for (var b = 0u; b < 4u; b++) {
-                        let e = exp(min(ga[a] - gj[b], 0.0));
-                        let kb_ = kj[b] * e;
-                        akk[a * 4u + b] += ka[a] * kb_;
-                        aqk[a * 4u + b] += qa[a] * kb_;
-                    }
-                }
+                let ka = row4(0u, ty * 4u, dd);
+                let qa = row4(1088u, ty * 4u, dd);
+                let ga = gam4(ty * 4u, dd);
+                let kj = row4(0u, tx * 4u, dd);
+                let gj = gam4(tx * 4u, dd);
+                let b0 = kj * exp(min(ga.x - gj, vec4<f32>(0.0)));
+                let b1 = kj * exp(min(ga.y - gj, vec4<f32>(0.0)));
+                let b2 = kj * exp(min(ga.z - gj, vec4<f32>(0.0)));
+                let b3 = kj * exp(min(ga.w - gj, vec4<f32>(0.0)));
+                kk0 += ka.x * b0;
+                kk1 += ka.y * b1;
+                kk2 += ka.z * b2;
+                kk3 += ka.w * b3;
+                qk0 += qa.x * b0;
+                qk1 += qa.y * b1;
+                qk2 += qa.z * b2;
+                qk3 += qa.w * b3;
             }
         }
         workgroupBarrier();
     }
-    for (var a = 0u; a < 4u; a++) {
-        let i = ty * 4u + a;
-        for (var b = 0u; b < 4u; b++) {
-            let j = tx * 4u + b;
-            var av = 0.0;
-            var pv = 0.0;
-            if (j <= i && i < L) {
-                let rk = s_rk[i] * s_rk[j];
-                if (j < i) {
-                    av = s_beta[i] * akk[a * 4u + b] * rk;
-                }
-                pv = prm.scale * aqk[a * 4u + b] * s_rq[i] * s_rk[j];
-            }
-            if (j < i) {
-                at_set(i * AS + j, av);
-            }
-            wsa[base_p + j * 64u + i] = pv;
+    if (tid < 128u) {
+        var r = 1.0;
+        if (prm.l2norm == 1u && nrow < L) {
+            r = 1.0 / sqrt(ss + 1e-6);
         }
+        if (tid < 64u) { s_rk[nrow] = r; } else { s_rq[nrow] = r; }
     }
+    workgroupBarrier();
+    put_ap(ty * 4u, tx, kk0, qk0, L, base_p);
+    put_ap(ty * 4u + 1u, tx, kk1, qk1, L, base_p);
+    put_ap(ty * 4u + 2u, tx, kk2, qk2, L, base_p);
+    put_ap(ty * 4u + 3u, tx, kk3, qk3, L, base_p);
     storageBarrier();
     workgroupBarrier();
+
+    // The first source tile of step 4 (k and Γ of channels 0..31), loaded during the solve.
+    let ntk = (K + 31u) / 32u;
+    let ntv = (V4 + 31u) / 32u;
+    let ntot = 2u * ntk + ntv;
+    let last = max(L, 1u) - 1u;
+    let sm = tid / 32u;
+    let scc = tid % 32u;
+    var r0 = src_at(0u, sm, scc, t0, L, h, hv);
+    var r1 = src_at(0u, sm + 8u, scc, t0, L, h, hv);
+    var r2 = src_at(0u, sm + 16u, scc, t0, L, h, hv);
+    var r3 = src_at(0u, sm + 24u, scc, t0, L, h, hv);
+    var r4 = src_at(0u, sm + 32u, scc, t0, L, h, hv);
+    var r5 = src_at(0u, sm + 40u, scc, t0, L, h, hv);
+    var r6 = src_at(0u, sm + 48u, scc, t0, L, h, hv);
+    var r7 = src_at(0u, sm + 56u, scc, t0, L, h, hv);
+    var g0 = gam_at(0u, sm, scc, base_gam);
+    var g1 = gam_at(0u, sm + 8u, scc, base_gam);
+    var g2 = gam_at(0u, sm + 16u, scc, base_gam);
+    var g3 = gam_at(0u, sm + 24u, scc, base_gam);
+    var g4 = gam_at(0u, sm + 32u, scc, base_gam);
+    var g5 = gam_at(0u, sm + 40u, scc, base_gam);
+    var g6 = gam_at(0u, sm + 48u, scc, base_gam);
+    var g7 = gam_at(0u, sm + 56u, scc, base_gam);
+    var gll = gam_at(0u, last, scc, base_gam);
 
     // 3. T = (I + A)^-1, unit lower triangular, by blocks of 16 (T[i][j] stored at s_at[j][i]):
     //    the four diagonal blocks by forward substitution, one column per invocation,
@@ -244,10 +463,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (tid < 64u) {
         let j = tid;
         let bend = (j / 16u) * 16u + 16u;
+        let b0 = bend - 16u;
         for (var i = j + 1u; i < bend; i++) {
             var acc = -at_get(i * AS + j);
-            for (var m = j + 1u; m < i; m++) {
-                acc -= at_get(i * AS + m) * at_get(j * AS + m);
+            for (var m = b0; m < bend; m += 4u) {
+                acc -= sub_term(i, j, m);
+                acc -= sub_term(i, j, m + 1u);
+                acc -= sub_term(i, j, m + 2u);
+                acc -= sub_term(i, j, m + 3u);
             }
             at_set(j * AS + i, acc);
         }
@@ -262,14 +485,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let i = bi * 16u + (idx % 256u) / 16u;
             let j = bj * 16u + idx % 16u;
             var x = 0.0;
-            for (var k = bj * 16u; k < bi * 16u; k++) {
-                var t = 0.0;
-                if (k == j) {
-                    t = 1.0;
-                } else if (k > j) {
-                    t = at_get(j * AS + k);
-                }
-                x += at_get(i * AS + k) * t;
+            for (var k = bj * 16u; k < bi * 16u; k += 4u) {
+                x += merge_term(i, j, k);
+                x += merge_term(i, j, k + 1u);
+                x += merge_term(i, j, k + 2u);
+                x += merge_term(i, j, k + 3u);
             }
             s_x[idx] = x;
         }
@@ -288,121 +508,109 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
     }
-    // Tᵀ[m][i] (row stride 64): T[i][m] for m < i < L, 1 on the diagonal, 0 elsewhere
-    var tv: array<f32, 16>;
-    for (var r = 0u; r < 16u; r++) {
-        let idx = tid + 256u * r;
-        let m = idx / 64u;
-        let i = idx % 64u;
-        var t = 0.0;
-        if (m < i && i < L) {
-            t = at_get(m * AS + i);
-        } else if (m == i) {
-            t = 1.0;
-        }
-        tv[r] = t;
-    }
+    // Tᵀ[m][i] (row stride 64) through registers: 16 entries an invocation
+    let tt0 = vec4<f32>(t_entry(tid, L), t_entry(tid + 256u, L), t_entry(tid + 512u, L),
+        t_entry(tid + 768u, L));
+    let tt1 = vec4<f32>(t_entry(tid + 1024u, L), t_entry(tid + 1280u, L),
+        t_entry(tid + 1536u, L), t_entry(tid + 1792u, L));
+    let tt2 = vec4<f32>(t_entry(tid + 2048u, L), t_entry(tid + 2304u, L),
+        t_entry(tid + 2560u, L), t_entry(tid + 2816u, L));
+    let tt3 = vec4<f32>(t_entry(tid + 3072u, L), t_entry(tid + 3328u, L),
+        t_entry(tid + 3584u, L), t_entry(tid + 3840u, L));
     workgroupBarrier();
-    for (var r = 0u; r < 16u; r++) {
-        at_set(tid + 256u * r, tv[r]);
-    }
-    workgroupBarrier();
+    at_set(tid, tt0.x);
+    at_set(tid + 256u, tt0.y);
+    at_set(tid + 512u, tt0.z);
+    at_set(tid + 768u, tt0.w);
+    at_set(tid + 1024u, tt1.x);
+    at_set(tid + 1280u, tt1.y);
+    at_set(tid + 1536u, tt1.z);
+    at_set(tid + 1792u, tt1.w);
+    at_set(tid + 2048u, tt2.x);
+    at_set(tid + 2304u, tt2.y);
+    at_set(tid + 2560u, tt2.z);
+    at_set(tid + 2816u, tt2.w);
+    at_set(tid + 3072u, tt3.x);
+    at_set(tid + 3328u, tt3.y);
+    at_set(tid + 3584u, tt3.z);
+    at_set(tid + 3840u, tt3.w);
 
-    // 4. W = T (beta K e^Γ) and U = T (beta V), 32 columns a tile, 4 x 2 per invocation.
-    let ntk = (K + 31u) / 32u;
-    let ntv = (V4 + 31u) / 32u;
-    for (var tile = 0u; tile < ntk + ntv; tile++) {
-        let is_w = tile < ntk;
+    // 4. One stream of 64 x 32 source tiles: W = T (beta K e^Γ) (kind 0, which also writes
+    //    kdec = k e^(Γ_last − Γ)), U = T (beta V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a
+    //    coalesced transpose). Each invocation holds rows sm + 8 r (r < 8), column scc of the next
+    //    tile (and its Γ) in registers while the current one is used.
+    for (var tile = 0u; tile < ntot; tile++) {
+        var kind = 0u;
         var c0 = tile * 32u;
-        var width = K;
-        if (!is_w) {
+        if (tile >= ntk + ntv) {
+            kind = 2u;
+            c0 = (tile - ntk - ntv) * 32u;
+        } else if (tile >= ntk) {
+            kind = 1u;
             c0 = (tile - ntk) * 32u;
-            width = V;
         }
-        for (var r = 0u; r < 8u; r++) {
-            let idx = tid + 256u * r;
-            let m = idx / 32u;
-            let cc = idx % 32u;
-            var x = 0.0;
-            if (m < L && c0 + cc < width) {
-                if (is_w) {
-                    let e = ((t0 + m) * prm.heads + h) * K + c0 + cc;
-                    x = s_beta[m] * ld(1u, e) * s_rk[m] * exp(wsa[base_gam + m * K + c0 + cc]);
-                } else {
-                    let e = ((t0 + m) * HV + hv) * V + c0 + cc;
-                    x = s_beta[m] * ld(2u, e);
-                }
-            }
-            s_x[m * XS + cc] = x;
-        }
+        put_src(kind, c0, sm, scc, r0, g0, gll, L, base_kd);
+        put_src(kind, c0, sm + 8u, scc, r1, g1, gll, L, base_kd);
+        put_src(kind, c0, sm + 16u, scc, r2, g2, gll, L, base_kd);
+        put_src(kind, c0, sm + 24u, scc, r3, g3, gll, L, base_kd);
+        put_src(kind, c0, sm + 32u, scc, r4, g4, gll, L, base_kd);
+        put_src(kind, c0, sm + 40u, scc, r5, g5, gll, L, base_kd);
+        put_src(kind, c0, sm + 48u, scc, r6, g6, gll, L, base_kd);
+        put_src(kind, c0, sm + 56u, scc, r7, g7, gll, L, base_kd);
         workgroupBarrier();
-        // out[i] = sum_{m <= i} T[i][m] X[m] for rows i = 4 ty + a, columns 2 tx + b
-        var acc: array<vec2<f32>, 4>;
-        for (var a = 0u; a < 4u; a++) { acc[a] = vec2<f32>(0.0); }
-        let mend = min(L, ty * 4u + 4u);
-        for (var m = 0u; m < mend; m++) {
-            let xv = vec2<f32>(s_x[m * XS + tx * 2u], s_x[m * XS + tx * 2u + 1u]);
-            let t = s_at[m * 16u + ty];
-            acc[0] += t.x * xv;
-            acc[1] += t.y * xv;
-            acc[2] += t.z * xv;
-            acc[3] += t.w * xv;
-        }
-        for (var a = 0u; a < 4u; a++) {
-            let i = ty * 4u + a;
-            for (var b = 0u; b < 2u; b++) {
-                let cc = tx * 2u + b;
-                let out = select(acc[a][b], 0.0, i >= L);
-                if (is_w) {
-                    if (c0 + cc < K) {
-                        wsa[base_w + (c0 + cc) * 64u + i] = out;
-                    }
-                } else if (c0 + cc < V4) {
-                    wsu[base_u + i * V4 + c0 + cc] = out;
+        let tn = min(tile + 1u, ntot - 1u);
+        r0 = src_at(tn, sm, scc, t0, L, h, hv);
+        r1 = src_at(tn, sm + 8u, scc, t0, L, h, hv);
+        r2 = src_at(tn, sm + 16u, scc, t0, L, h, hv);
+        r3 = src_at(tn, sm + 24u, scc, t0, L, h, hv);
+        r4 = src_at(tn, sm + 32u, scc, t0, L, h, hv);
+        r5 = src_at(tn, sm + 40u, scc, t0, L, h, hv);
+        r6 = src_at(tn, sm + 48u, scc, t0, L, h, hv);
+        r7 = src_at(tn, sm + 56u, scc, t0, L, h, hv);
+        g0 = gam_at(tn, sm, scc, base_gam);
+        g1 = gam_at(tn, sm + 8u, scc, base_gam);
+        g2 = gam_at(tn, sm + 16u, scc, base_gam);
+        g3 = gam_at(tn, sm + 24u, scc, base_gam);
+        g4 = gam_at(tn, sm + 32u, scc, base_gam);
+        g5 = gam_at(tn, sm + 40u, scc, base_gam);
+        g6 = gam_at(tn, sm + 48u, scc, base_gam);
+        g7 = gam_at(tn, sm + 56u, scc, base_gam);
+        gll = gam_at(tn, last, scc, base_gam);
+        if (kind == 2u) {
+            // qdecᵀ rows c0 + cc: 64 contiguous tokens each
+            for (var r = 0u; r < 8u; r++) {
+                let idx = tid + 256u * r;
+                let cc = idx / 64u;
+                let i = idx % 64u;
+                if (c0 + cc < K) {
+                    wsa[base_qd + (c0 + cc) * 64u + i] = s_x[i * XS + cc];
                 }
             }
+        } else {
+            // out[i] = sum_{m <= i} T[i][m] X[m] for rows i = 4 ty + a, columns 2 tx + b
+            var a0 = vec2<f32>(0.0);
+            var a1 = vec2<f32>(0.0);
+            var a2 = vec2<f32>(0.0);
+            var a3 = vec2<f32>(0.0);
+            let mend = min(L, ty * 4u + 4u);
+            for (var m = 0u; m < mend; m++) {
+                let xv = vec2<f32>(s_x[m * XS + tx * 2u], s_x[m * XS + tx * 2u + 1u]);
+                let t = s_at[m * 16u + ty];
+                a0 += t.x * xv;
+                a1 += t.y * xv;
+                a2 += t.z * xv;
+                a3 += t.w * xv;
+            }
+            let is_w = kind == 0u;
+            put_wu(is_w, ty * 4u, c0 + tx * 2u, a0, L, base_w, base_u);
+            put_wu(is_w, ty * 4u + 1u, c0 + tx * 2u, a1, L, base_w, base_u);
+            put_wu(is_w, ty * 4u + 2u, c0 + tx * 2u, a2, L, base_w, base_u);
+            put_wu(is_w, ty * 4u + 3u, c0 + tx * 2u, a3, L, base_w, base_u);
         }
         workgroupBarrier();
     }
 
-    // 5. qdecᵀ = (scale q e^Γ)ᵀ [K][64], through a 64 x 32 tile so reads and writes coalesce
-    for (var c0 = 0u; c0 < K; c0 += 32u) {
-        for (var r = 0u; r < 8u; r++) {
-            let idx = tid + 256u * r;
-            let i = idx / 32u;
-            let cc = idx % 32u;
-            var x = 0.0;
-            if (i < L && c0 + cc < K) {
-                let e = ((t0 + i) * prm.heads + h) * K + c0 + cc;
-                x = prm.scale * s_rq[i] * ld(0u, e) * exp(wsa[base_gam + i * K + c0 + cc]);
-            }
-            s_x[i * XS + cc] = x;
-        }
-        workgroupBarrier();
-        for (var r = 0u; r < 8u; r++) {
-            let idx = tid + 256u * r;
-            let cc = idx / 64u;
-            let i = idx % 64u;
-            if (c0 + cc < K) {
-                wsa[base_qd + (c0 + cc) * 64u + i] = s_x[i * XS + cc];
-            }
-        }
-        workgroupBarrier();
-    }
-
-    // 6. decayed k, and e^Γ_last
-    let last = max(L, 1u) - 1u;
-    for (var idx = tid; idx < 64u * K; idx += 256u) {
-        let i = idx / K;
-        let d = idx % K;
-        var kd = 0.0;
-        if (i < L) {
-            let e = ((t0 + i) * prm.heads + h) * K + d;
-            let gi = wsa[base_gam + idx];
-            kd = s_rk[i] * ld(1u, e) * exp(wsa[base_gam + last * K + d] - gi);
-        }
-        wsa[base_kd + i * K4 + d] = kd;
-    }
+    // 5. kdec padding columns and e^Γ_last
     for (var idx = tid; idx < 64u * (K4 - K); idx += 256u) {
         let i = idx / (K4 - K);
         wsa[base_kd + i * K4 + K + idx % (K4 - K)] = 0.0;

@@ -11,9 +11,15 @@
 // names bf16/f16 (the host sets it only for even V, so a word never straddles two rows), the
 // rounded pairs (e, e + 1) straight into the caller's 16-bit o (o16), skipping the pack pass.
 //
+// v2 (bench/NOTES.md "WGSL v2"): the qdecᵀ/h and Pᵀ/V_new tiles are one stream whose next tile
+// is loaded into registers (unconditionally, at clamped indices, zeroed by selection) while the
+// current one is multiplied, so no tile waits on its global loads; the accumulators are named
+// vec4s.
+//
 // SAFETY (unchecked module): c < chunks and t0 + L <= T from the chunk table; workspace slots
 // (c * hvb + z) were sized by the host (wsa: ws_slot words, wsu: 64 x V4, wsh: K x V4 a slot, all
-// vec4 aligned); tile loads are guarded by d < K and e < V4; workgroup tiles have 256 vec4s.
+// vec4 aligned); tile loads read row min(d, K − 1) and column e < V4 (else column 0) and are
+// zeroed outside, P/V_new rows j < 64; workgroup tiles have 256 vec4s.
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
@@ -29,6 +35,30 @@ override HEAD_V: u32 = 64u;
 var<workgroup> s_a: array<vec4<f32>, 256>;   // [16][64 / 4]: qdecᵀ or Pᵀ rows
 var<workgroup> s_b: array<vec4<f32>, 256>;   // [16][64 / 4]: h or V_new rows
 var<workgroup> s_mt: vec2<u32>;
+
+// The two vec4s this invocation stages for tile tt of the stream: tiles 0 .. nk − 1 are
+// (qdecᵀ, h) rows d = 16 tt + lr, the rest (Pᵀ, V_new) rows j = 16 (tt − nk) + lr.
+fn tile_a(tt: u32, nk: u32, lr: u32, lc: u32, q_qd: u32, q_p: u32) -> vec4<f32> {
+    if (tt < nk) {
+        let d = 16u * tt + lr;
+        let x = wsa[q_qd + min(d, HEAD_K - 1u) * 16u + lc];
+        return select(vec4<f32>(0.0), x, d < HEAD_K);
+    }
+    return wsa[q_p + (16u * (tt - nk) + lr) * 16u + lc];
+}
+
+fn tile_b(tt: u32, nk: u32, lr: u32, le: u32, q_h: u32, q_u: u32) -> vec4<f32> {
+    let V4 = k4(HEAD_V);
+    let ok = le < V4;
+    let e = select(0u, le, ok);
+    if (tt < nk) {
+        let d = 16u * tt + lr;
+        let x = wsh[q_h + (min(d, HEAD_K - 1u) * V4 + e) / 4u];
+        return select(vec4<f32>(0.0), x, ok && d < HEAD_K);
+    }
+    let x = wsu[q_u + ((16u * (tt - nk) + lr) * V4 + e) / 4u];
+    return select(vec4<f32>(0.0), x, ok);
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -60,75 +90,60 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lr = tid / 16u;                    // tile row this invocation loads
     let lc = tid % 16u;                    // tile vec4 column this invocation loads
     let le = e0 + 4u * lc;                 // first value column of that vec4
-    var acc: array<vec4<f32>, 4>;
-    for (var a = 0u; a < 4u; a++) { acc[a] = vec4<f32>(0.0); }
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
 
-    // qdec·h
-    for (var d0 = 0u; d0 < K; d0 += 16u) {
-        let d = d0 + lr;
-        var av = vec4<f32>(0.0);
-        var bv = vec4<f32>(0.0);
-        if (d < K) {
-            av = wsa[q_qd + d * 16u + lc];
-            if (le < V4) {
-                bv = wsh[q_h + (d * V4 + le) / 4u];
-            }
-        }
+    // qdec·h over nk tiles of 16 channels, then P·V_new over the L rows (Pᵀ is zero where j > i
+    // and beyond L; V_new rows >= L are zero)
+    let nk = (K + 15u) / 16u;
+    let ntot = nk + (L + 15u) / 16u;
+    var av = tile_a(0u, nk, lr, lc, q_qd, q_p);
+    var bv = tile_b(0u, nk, lr, le, q_h, q_u);
+    for (var tt = 0u; tt < ntot; tt++) {
         s_a[tid] = av;
         s_b[tid] = bv;
         workgroupBarrier();
-        let dmax = min(16u, K - d0);
+        let tn = min(tt + 1u, ntot - 1u);
+        av = tile_a(tn, nk, lr, lc, q_qd, q_p);
+        bv = tile_b(tn, nk, lr, le, q_h, q_u);
+        var dmax = 16u;
+        if (tt < nk) {
+            dmax = min(16u, K - 16u * tt);
+        } else if (ty * 4u + 3u < 16u * (tt - nk)) {
+            dmax = 0u;   // this block's rows lie above the tile's first column: Pᵀ is zero
+        }
         for (var dd = 0u; dd < dmax; dd++) {
             let x = s_a[dd * 16u + ty];
             let y = s_b[dd * 16u + tx];
-            acc[0] += x.x * y;
-            acc[1] += x.y * y;
-            acc[2] += x.z * y;
-            acc[3] += x.w * y;
-        }
-        workgroupBarrier();
-    }
-
-    // P·V_new over the L rows (Pᵀ is zero where j > i and beyond L; V_new rows >= L are zero)
-    for (var j0 = 0u; j0 < L; j0 += 16u) {
-        let j = j0 + lr;
-        s_a[tid] = wsa[q_p + j * 16u + lc];
-        var bv = vec4<f32>(0.0);
-        if (le < V4) {
-            bv = wsu[q_u + (j * V4 + le) / 4u];
-        }
-        s_b[tid] = bv;
-        workgroupBarrier();
-        if (ty * 4u + 3u >= j0) {
-            for (var jj = 0u; jj < 16u; jj++) {
-                let x = s_a[jj * 16u + ty];
-                let y = s_b[jj * 16u + tx];
-                acc[0] += x.x * y;
-                acc[1] += x.y * y;
-                acc[2] += x.z * y;
-                acc[3] += x.w * y;
-            }
+            a0 += x.x * y;
+            a1 += x.y * y;
+            a2 += x.z * y;
+            a3 += x.w * y;
         }
         workgroupBarrier();
     }
 
     for (var a = 0u; a < 4u; a++) {
         let i = ty * 4u + a;
+        var ov = a0;
+        if (a == 1u) { ov = a1; } else if (a == 2u) { ov = a2; } else if (a == 3u) { ov = a3; }
         if (i < L) {
             let row = ((t0 + i) * prm.vheads + hv) * V;
             if (prm.pack_dt != 0u) {
                 for (var b = 0u; b < 4u; b += 2u) {
                     let e = e0 + tx * 4u + b;
                     if (e < V) {
-                        o16[(row + e) / 2u] = encode16(acc[a][b], prm.pack_dt)
-                            | (encode16(acc[a][b + 1u], prm.pack_dt) << 16u);
+                        o16[(row + e) / 2u] = encode16(ov[b], prm.pack_dt)
+                            | (encode16(ov[b + 1u], prm.pack_dt) << 16u);
                     }
                 }
             } else {
                 for (var b = 0u; b < 4u; b++) {
                     let e = e0 + tx * 4u + b;
                     if (e < V) {
-                        outs[prm.off_o + row + e] = acc[a][b];
+                        outs[prm.off_o + row + e] = ov[b];
                     }
                 }
             }
