@@ -17,9 +17,9 @@
 //   state_chunk: V_new = U - W·S, O = q̃·S + P·V_new, S <- e^{Γ_last} ⊙ S + k̃ᵀ·V_new, with the
 //     running state S in f32 registers (mma accumulator layout) and its bf16 copy in shared memory.
 //
-// mma.sync.m16n8k16 operands: A stored row-major [M][K]; B stored as [N][K] (its transpose), so
-// every fragment register is one aligned 32-bit shared load; rows are padded by 8 elements
-// (16 bytes) so the 8 rows x 4 words of a fragment hit 32 distinct banks.
+// mma.sync.m16n8k16 operands are read from shared memory with ldmatrix (see mma_tiles): A stored
+// row-major [M][K], B stored as [N][K] (its transpose); rows are padded by 8 elements (16 bytes)
+// so the 8 rows of every 8x8 ldmatrix matrix hit distinct bank groups.
 
 #ifndef HEAD_K
 #error "HEAD_K must be defined (-DHEAD_K=...)"
@@ -97,33 +97,90 @@ __device__ __forceinline__ void tile_rc(int warp, int lane, int i, int& r, int& 
     c = (idx % TL::NT) * 8 + (lane & 3) * 2;
 }
 
-// acc += A (row-major [M][KK], row stride lda) x B (stored [N][KK], row stride ldb).
-template <int M, int N, int KK, int NW>
+// ldmatrix (PTX ISA, warp-level matrix load): lane 8j + r gives the shared address of row r of
+// 8x8 matrix j (16 bytes, 16-byte aligned); register j of lane l receives matrix j's row l / 4,
+// elements 2 (l % 4), +1 (.trans: column l / 4, rows 2 (l % 4), +1). .x2 reads lanes 0..15 only.
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r0), "=r"(r1)
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x2_t(u32 addr, u32& r0, u32& r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r0), "=r"(r1)
+                 : "r"(addr)
+                 : "memory");
+}
+
+// acc += A x B on tensor cores, operands in shared memory (bf16/f16, 16-byte aligned base; row
+// strides lda, ldb in elements with ld % 16 == 8, i.e. an odd number of 16-byte units, so the 8
+// rows of every 8x8 matrix hit distinct 16-byte bank groups), every fragment loaded by ldmatrix:
+//   AT = false: A stored row-major [M][KK] (ldmatrix.x4); AT = true: A stored [KK][M] (.x4.trans);
+//   BT = false: B stored [N][KK] (its transpose; ldmatrix); BT = true: B stored [KK][N] (.trans).
+// mma.m16n8k16 fragments (PTX ISA, groupID g = lane / 4, t = lane % 4): A reg 0 (row g, k 2t..),
+// reg 1 (row g + 8), reg 2 (row g, k + 8), reg 3 (row g + 8, k + 8); B reg 0 (k 2t.., col g),
+// reg 1 (k + 8). So the A matrices are (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
+// (rows 8-15, k 8-15), and one .x4 B load covers the warp's tile pair (nt, nt + 1): (n 0-7, k 0-7),
+// (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) -> b0, b1 of nt, b0, b1 of nt + 1 (an odd
+// tile count per warp, PER == 1, uses .x2 for its one tile).
+template <int M, int N, int KK, int NW, bool AT = false, bool BT = false>
 __device__ __forceinline__ void mma_tiles(float (&acc)[Tiles<M, N, NW>::PER][4], const u16* A,
                                           int lda, const u16* B, int ldb, int warp, int lane) {
     typedef Tiles<M, N, NW> TL;
     static_assert(TL::PER % TL::NT == 0 || TL::NT % TL::PER == 0, "tile rows of a warp");
-    const int g = lane >> 2, t = (lane & 3) * 2;
+    static_assert(TL::NT % 2 == 0, "tile pairs share a tile row");
+    static_assert(KK % 16 == 0, "k steps");
+    const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
+    // this lane's row address inside one 16 x 16 A block / one 16-deep B block (bytes)
+    const u32 a_lane = AT ? (u32)(((l7 + 8 * l16) * lda + 8 * l8) * 2)
+                          : (u32)(((l7 + 8 * l8) * lda + 8 * l16) * 2);
+    const u32 b_lane = BT ? (u32)(((l7 + 8 * l8) * ldb + 8 * l16) * 2)
+                          : (u32)(((l7 + 8 * l16) * ldb + 8 * l8) * 2);
+    // (.x2: lanes 16..31 are not read; their address is kept inside the tile all the same)
+    const u32 b_lane2 = BT ? (u32)((l7 + 8 * l8) * ldb * 2) : (u32)((l7 * ldb + 8 * l8) * 2);
+    const u32 a0s = smem_addr(A) + a_lane, b0s = smem_addr(B);
 #pragma unroll
     for (int ks = 0; ks < KK / 16; ++ks) {
         u32 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
 #pragma unroll
-        for (int i = 0; i < TL::PER; ++i) {
+        for (int i = 0; i < TL::PER; i += (TL::PER % 2 == 0 ? 2 : 1)) {
             const int idx = warp * TL::PER + i;
             const int mt = idx / TL::NT, nt = idx % TL::NT;
             // the A fragment changes only when the tile row does (known at compile time: the
             // warp's first tile starts a row whenever PER is a multiple of NT)
             if ((TL::PER % TL::NT == 0) ? (i % TL::NT == 0) : (i == 0)) {
-                const u16* a = A + (mt * 16 + g) * lda + ks * 16 + t;
-                a0 = *(const u32*)a;
-                a1 = *(const u32*)(a + 8 * lda);
-                a2 = *(const u32*)(a + 8);
-                a3 = *(const u32*)(a + 8 * lda + 8);
+                const u32 off = AT ? (u32)((ks * 16 * lda + mt * 16) * 2)
+                                   : (u32)((mt * 16 * lda + ks * 16) * 2);
+                if constexpr (AT) ldsm_x4_t(a0s + off, a0, a1, a2, a3);
+                else ldsm_x4(a0s + off, a0, a1, a2, a3);
             }
-            const u16* b = B + (nt * 8 + g) * ldb + ks * 16 + t;
-            const u32 b0 = *(const u32*)b;
-            const u32 b1 = *(const u32*)(b + 8);
-            mma16816(acc[i], a0, a1, a2, a3, b0, b1);
+            const u32 boff = BT ? (u32)((ks * 16 * ldb + nt * 8) * 2)
+                                : (u32)((nt * 8 * ldb + ks * 16) * 2);
+            if constexpr (TL::PER % 2 == 0) {
+                u32 b0, b1, b2, b3;
+                if constexpr (BT) ldsm_x4_t(b0s + b_lane + boff, b0, b1, b2, b3);
+                else ldsm_x4(b0s + b_lane + boff, b0, b1, b2, b3);
+                mma16816(acc[i], a0, a1, a2, a3, b0, b1);
+                mma16816(acc[i + 1], a0, a1, a2, a3, b2, b3);
+            } else {
+                u32 b0, b1;
+                if constexpr (BT) ldsm_x2_t(b0s + b_lane2 + boff, b0, b1);
+                else ldsm_x2(b0s + b_lane2 + boff, b0, b1);
+                mma16816(acc[i], a0, a1, a2, a3, b0, b1);
+            }
         }
     }
 }
