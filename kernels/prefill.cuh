@@ -239,7 +239,8 @@ struct Lay {
 };
 
 // Shared memory of the small-bh state pass: two stages of what one chunk needs (W, q̃, k̃ [64][KP],
-// P [64][CP], U [64][UST] f32, e^Γlast), then Sb [KD][SVT + 8] and V_new [64][SVT + 8].
+// P [64][CP], U [64][UST] f32, e^Γlast), then two Sb [KD][SVT + 8] (chunk parity) and V_new
+// [64][SVT + 8].
 struct SLay {
     static constexpr int UST = SVT + 8;
     static constexpr int W = 0;
@@ -250,7 +251,8 @@ struct SLay {
     static constexpr int GL = U + 64 * UST * 4;
     static constexpr int STAGE = align16(GL + KD * 4);
     static constexpr int SB = 2 * STAGE;
-    static constexpr int VNT = SB + KD * (SVT + 8) * 2;
+    static constexpr int SBN = KD * (SVT + 8);               // elements of one Sb
+    static constexpr int VNT = SB + 2 * SBN * 2;
     static constexpr int TOTAL = VNT + 64 * (SVT + 8) * 2;
     static_assert(TOTAL <= 232448, "shared memory of the small-bh state pass");
 };
@@ -759,10 +761,18 @@ __device__ __forceinline__ void state_chunk(const Params& p, float (&accS)[Tiles
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     constexpr int VTP = VT + 8;
     typedef Tiles<CH, VT, NW> TO;
+    // O = q̃·S + P·V_new. With few tiles per warp (the small-bh pass) q̃·S is issued before the
+    // barrier together with W·S: twice the independent mma chains per warp while the state pass
+    // is latency-bound, and the same Sb fragments serve both. (The fused kernel at VD = 128 has
+    // no registers to spare for that: 8 tiles per warp and the 64-register state.)
+    constexpr bool EARLY_O = TO::PER <= 2;
+    float accO[TO::PER][4];
+    zero_acc(accO);
     {
         float acc[TO::PER][4];
         zero_acc(acc);
         mma_tiles<CH, VT, KD, NW, false, true>(acc, Wm, KP, Sb, VTP, warp, lane);
+        if constexpr (EARLY_O) mma_tiles<CH, VT, KD, NW, false, true>(accO, Qd, KP, Sb, VTP, warp, lane);
 #pragma unroll
         for (int i = 0; i < TO::PER; ++i) {
             int r, c;
@@ -775,9 +785,8 @@ __device__ __forceinline__ void state_chunk(const Params& p, float (&accS)[Tiles
     }
     __syncthreads();
     {
-        float acc[TO::PER][4];
-        zero_acc(acc);
-        mma_tiles<CH, VT, KD, NW, false, true>(acc, Qd, KP, Sb, VTP, warp, lane);
+        float (&acc)[TO::PER][4] = accO;
+        if constexpr (!EARLY_O) mma_tiles<CH, VT, KD, NW, false, true>(acc, Qd, KP, Sb, VTP, warp, lane);
         mma_tiles<CH, VT, CH, NW, false, true>(acc, Pm, CP, Vn, VTP, warp, lane);
         with_dt(p.out_dt, [&](auto D) {
             constexpr int DT = decltype(D)::value;
@@ -901,7 +910,13 @@ __device__ __forceinline__ void smallbh_fetch(const Params& p, char* st, i64 rr,
 
 // State kernel: grid (VD / SVT, HV, N), SNW warps, dynamic shared memory SLay::TOTAL. Walks the
 // chunks of one (sequence, value head) for one V tile, with the next chunk's workspace block
-// loaded by cp.async while the current one is used (double buffer).
+// loaded by cp.async while the current one is used (double buffer). Two barriers per chunk: (1)
+// after this chunk's data has landed and Sb is written (every warp is then past the previous
+// chunk, so the previous chunk's stage can be refilled with the next one and V_new rewritten),
+// (2) inside state_chunk between V_new and its readers. Sb alternates between two buffers by
+// chunk parity: a warp writing chunk c + 1's Sb has passed barrier (2) of chunk c, so every warp
+// has finished chunk c - 1, the last reader of that buffer; slower warps may still be reading
+// chunk c's Sb, which is the other buffer.
 template <bool KDA>
 __device__ void smallbh_state(const Params& p) {
     extern __shared__ __align__(16) char sm[];
@@ -914,20 +929,17 @@ __device__ void smallbh_state(const Params& p) {
     const int len = (int)(eos - bos);
     const int r0 = p.chunk_offsets[n];
     const int nch = p.chunk_offsets[n + 1] - r0;
-    u16* Sb = (u16*)(sm + SLay::SB);
     u16* Vn = (u16*)(sm + SLay::VNT);
     if (nch > 0) smallbh_fetch(p, sm, r0, hv, v0);
     cp_async_commit();
     for (int c = 0; c < nch; ++c) {
-        if (c + 1 < nch) {
-            smallbh_fetch(p, sm + ((c + 1) & 1) * SLay::STAGE, r0 + c + 1, hv, v0);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        u16* Sb = (u16*)(sm + SLay::SB) + (c & 1) * SLay::SBN;
+        cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)
         write_sb<SVT, SNW>(accS, Sb);
-        __syncthreads();
+        __syncthreads();     // (1)
+        // stage (c + 1) & 1 was last read in chunk c - 1, which every warp has finished
+        if (c + 1 < nch) smallbh_fetch(p, sm + ((c + 1) & 1) * SLay::STAGE, r0 + c + 1, hv, v0);
+        cp_async_commit();
         const char* st = sm + (c & 1) * SLay::STAGE;
         const int t0 = (int)bos + c * CH;
         const int L = imin(CH, len - c * CH);
@@ -935,7 +947,6 @@ __device__ void smallbh_state(const Params& p) {
                               (const u16*)(st + SLay::KT), (const u16*)(st + SLay::P),
                               (const float*)(st + SLay::U), SLay::UST,
                               (const float*)(st + SLay::GL), Sb, Vn, t0, L, hv, v0);
-        __syncthreads();
         if (L == CH) maybe_checkpoint<SVT, SNW>(p, accS, n, hv, (i64)(c + 1) * CH, v0);
     }
     const i64 row = final_row(p, n);
