@@ -413,13 +413,17 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         for (int i = 0; i < TT::PER; ++i) {
             int r0, c0;
             tile_rc<CH, CH, NTH / 32>(warp, lane, i, r0, c0);
+            float pv[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = r0 + (e >> 1) * 8, c = c0 + (e & 1);
                 const float dec = c <= r ? fexp(G[r] - G[c]) : 0.0f;
                 Af[r * 65 + c] = c < r ? Bs[r] * akk[i][e] * dec : 0.0f;
-                Pm[r * pst + c] = to_mma(c <= r ? p.scale * aqk[i][e] * dec : 0.0f);
+                pv[e] = c <= r ? p.scale * aqk[i][e] * dec : 0.0f;
             }
+            // (c0 even, pst even: 4-byte aligned pairs, in shared or in the workspace)
+            *(u32*)(Pm + r0 * pst + c0) = pack_mma(pv[0], pv[1]);
+            *(u32*)(Pm + (r0 + 8) * pst + c0) = pack_mma(pv[2], pv[3]);
         }
     } else {
         constexpr int DS = LY::DS, SP = LY::DSP;
