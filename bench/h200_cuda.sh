@@ -9,6 +9,18 @@
 # Binaries are built on the development machine and carried in .dev/ (no cargo on the GPU machine):
 #   .dev/bin/deltarule, .dev/bin/cuda_device (backends/cuda/tests/device.rs),
 #   .dev/bin/conformance (tests/tests/conformance.rs), .dev/cubin (CUBIN cache), .whl (fla wheel).
+# Build them from the repository root, all from the same tree (the CUBIN cache file names hash
+# the kernel sources embedded in the binaries: a cache from another commit is silently unused and
+# every module is compiled by NVRTC on the GPU machine instead):
+#   T=${CARGO_TARGET_DIR:-target}; mkdir -p .dev/bin .dev/cubin && rm -f .dev/cubin/*.cubin
+#   cargo build --release -p deltarule-cli && cp $T/release/deltarule .dev/bin/
+#   cp "$(cargo test --release -p deltarule-cuda --test device --no-run 2>&1 \
+#        | sed -n 's/.*Executable .*(\(.*\))$/\1/p')" .dev/bin/cuda_device
+#   cp "$(cargo test --release -p deltarule-tests --test conformance --no-run 2>&1 \
+#        | sed -n 's/.*Executable .*(\(.*\))$/\1/p')" .dev/bin/conformance
+#   LD_LIBRARY_PATH=<dir of libnvrtc.so.13> DELTARULE_PRECOMPILE=$PWD/.dev/cubin \
+#     cargo test --release -p deltarule-cuda --test kernels precompile -- --nocapture
+# Carry: .dev (and .whl for fla); run: bash bench/h200_cuda.sh all.
 # Usage: bash bench/h200_cuda.sh [all|test|sanitize|bench] ; logs under $OUT (or /tmp/out).
 set -u
 OUT=${OUT:-/tmp/out}

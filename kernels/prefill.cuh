@@ -17,9 +17,9 @@
 //   state_chunk: V_new = U - W·S, O = q̃·S + P·V_new, S <- e^{Γ_last} ⊙ S + k̃ᵀ·V_new, with the
 //     running state S in f32 registers (mma accumulator layout) and its bf16 copy in shared memory.
 //
-// mma.sync.m16n8k16 operands: A stored row-major [M][K]; B stored as [N][K] (its transpose), so
-// every fragment register is one aligned 32-bit shared load; rows are padded by 8 elements
-// (16 bytes) so the 8 rows x 4 words of a fragment hit 32 distinct banks.
+// mma.sync.m16n8k16 operands are read from shared memory with ldmatrix (see mma_tiles): A stored
+// row-major [M][K], B stored as [N][K] (its transpose); rows are padded by 8 elements (16 bytes)
+// so the 8 rows of every 8x8 ldmatrix matrix hit distinct bank groups.
 
 #ifndef HEAD_K
 #error "HEAD_K must be defined (-DHEAD_K=...)"
@@ -36,6 +36,7 @@ constexpr int VD = HEAD_V;
 constexpr int CH = 64;        // chunk
 constexpr int KP = KD + 8;    // padded row of [64][KD] operands (elements)
 constexpr int CP = CH + 8;    // padded row of [*][64] operands
+constexpr int VP = VD + 8;    // padded row of [*][VD] operands
 constexpr int NTH = 256;      // threads of the intra stage and of the fused kernel
 constexpr int SVT = 32;       // V tile of the small-bh state pass
 constexpr int SNW = 8;        // warps of the small-bh state pass
@@ -51,6 +52,10 @@ __device__ __forceinline__ u16 to_mma(float x) { return f32_to_bf16(x); }
 __device__ __forceinline__ float from_mma(u16 h) { return bf16_to_f32(h); }
 #define MMA_INSTR "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
 #endif
+// (x, y) as two mma-type halves of one 32-bit word, x in the low half (the lower address).
+__device__ __forceinline__ u32 pack_mma(float x, float y) {
+    return (u32)to_mma(x) | ((u32)to_mma(y) << 16);
+}
 
 __device__ __forceinline__ void mma16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
                                          u32 b1) {
@@ -97,33 +102,90 @@ __device__ __forceinline__ void tile_rc(int warp, int lane, int i, int& r, int& 
     c = (idx % TL::NT) * 8 + (lane & 3) * 2;
 }
 
-// acc += A (row-major [M][KK], row stride lda) x B (stored [N][KK], row stride ldb).
-template <int M, int N, int KK, int NW>
+// ldmatrix (PTX ISA, warp-level matrix load): lane 8j + r gives the shared address of row r of
+// 8x8 matrix j (16 bytes, 16-byte aligned); register j of lane l receives matrix j's row l / 4,
+// elements 2 (l % 4), +1 (.trans: column l / 4, rows 2 (l % 4), +1). .x2 reads lanes 0..15 only.
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r0), "=r"(r1)
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x2_t(u32 addr, u32& r0, u32& r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r0), "=r"(r1)
+                 : "r"(addr)
+                 : "memory");
+}
+
+// acc += A x B on tensor cores, operands in shared memory (bf16/f16, 16-byte aligned base; row
+// strides lda, ldb in elements with ld % 16 == 8, i.e. an odd number of 16-byte units, so the 8
+// rows of every 8x8 matrix hit distinct 16-byte bank groups), every fragment loaded by ldmatrix:
+//   AT = false: A stored row-major [M][KK] (ldmatrix.x4); AT = true: A stored [KK][M] (.x4.trans);
+//   BT = false: B stored [N][KK] (its transpose; ldmatrix); BT = true: B stored [KK][N] (.trans).
+// mma.m16n8k16 fragments (PTX ISA, groupID g = lane / 4, t = lane % 4): A reg 0 (row g, k 2t..),
+// reg 1 (row g + 8), reg 2 (row g, k + 8), reg 3 (row g + 8, k + 8); B reg 0 (k 2t.., col g),
+// reg 1 (k + 8). So the A matrices are (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
+// (rows 8-15, k 8-15), and one .x4 B load covers the warp's tile pair (nt, nt + 1): (n 0-7, k 0-7),
+// (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) -> b0, b1 of nt, b0, b1 of nt + 1 (an odd
+// tile count per warp, PER == 1, uses .x2 for its one tile).
+template <int M, int N, int KK, int NW, bool AT = false, bool BT = false>
 __device__ __forceinline__ void mma_tiles(float (&acc)[Tiles<M, N, NW>::PER][4], const u16* A,
                                           int lda, const u16* B, int ldb, int warp, int lane) {
     typedef Tiles<M, N, NW> TL;
     static_assert(TL::PER % TL::NT == 0 || TL::NT % TL::PER == 0, "tile rows of a warp");
-    const int g = lane >> 2, t = (lane & 3) * 2;
+    static_assert(TL::NT % 2 == 0, "tile pairs share a tile row");
+    static_assert(KK % 16 == 0, "k steps");
+    const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
+    // this lane's row address inside one 16 x 16 A block / one 16-deep B block (bytes)
+    const u32 a_lane = AT ? (u32)(((l7 + 8 * l16) * lda + 8 * l8) * 2)
+                          : (u32)(((l7 + 8 * l8) * lda + 8 * l16) * 2);
+    const u32 b_lane = BT ? (u32)(((l7 + 8 * l8) * ldb + 8 * l16) * 2)
+                          : (u32)(((l7 + 8 * l16) * ldb + 8 * l8) * 2);
+    // (.x2: lanes 16..31 are not read; their address is kept inside the tile all the same)
+    const u32 b_lane2 = BT ? (u32)((l7 + 8 * l8) * ldb * 2) : (u32)((l7 * ldb + 8 * l8) * 2);
+    const u32 a0s = smem_addr(A) + a_lane, b0s = smem_addr(B);
 #pragma unroll
     for (int ks = 0; ks < KK / 16; ++ks) {
         u32 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
 #pragma unroll
-        for (int i = 0; i < TL::PER; ++i) {
+        for (int i = 0; i < TL::PER; i += (TL::PER % 2 == 0 ? 2 : 1)) {
             const int idx = warp * TL::PER + i;
             const int mt = idx / TL::NT, nt = idx % TL::NT;
             // the A fragment changes only when the tile row does (known at compile time: the
             // warp's first tile starts a row whenever PER is a multiple of NT)
             if ((TL::PER % TL::NT == 0) ? (i % TL::NT == 0) : (i == 0)) {
-                const u16* a = A + (mt * 16 + g) * lda + ks * 16 + t;
-                a0 = *(const u32*)a;
-                a1 = *(const u32*)(a + 8 * lda);
-                a2 = *(const u32*)(a + 8);
-                a3 = *(const u32*)(a + 8 * lda + 8);
+                const u32 off = AT ? (u32)((ks * 16 * lda + mt * 16) * 2)
+                                   : (u32)((mt * 16 * lda + ks * 16) * 2);
+                if constexpr (AT) ldsm_x4_t(a0s + off, a0, a1, a2, a3);
+                else ldsm_x4(a0s + off, a0, a1, a2, a3);
             }
-            const u16* b = B + (nt * 8 + g) * ldb + ks * 16 + t;
-            const u32 b0 = *(const u32*)b;
-            const u32 b1 = *(const u32*)(b + 8);
-            mma16816(acc[i], a0, a1, a2, a3, b0, b1);
+            const u32 boff = BT ? (u32)((ks * 16 * ldb + nt * 8) * 2)
+                                : (u32)((nt * 8 * ldb + ks * 16) * 2);
+            if constexpr (TL::PER % 2 == 0) {
+                u32 b0, b1, b2, b3;
+                if constexpr (BT) ldsm_x4_t(b0s + b_lane + boff, b0, b1, b2, b3);
+                else ldsm_x4(b0s + b_lane + boff, b0, b1, b2, b3);
+                mma16816(acc[i], a0, a1, a2, a3, b0, b1);
+                mma16816(acc[i + 1], a0, a1, a2, a3, b2, b3);
+            } else {
+                u32 b0, b1;
+                if constexpr (BT) ldsm_x2_t(b0s + b_lane2 + boff, b0, b1);
+                else ldsm_x2(b0s + b_lane2 + boff, b0, b1);
+                mma16816(acc[i], a0, a1, a2, a3, b0, b1);
+            }
         }
     }
 }
@@ -138,17 +200,20 @@ __host__ __device__ constexpr int align16(int x) { return (x + 15) / 16 * 16; }
 __host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 
-// Shared-memory arena of the intra stage (byte offsets). The first part (W, q̃, k̃ᵀ, P, U, e^Γlast)
+// Shared-memory arena of the intra stage (byte offsets). The first part (W, q̃, k̃, P, U, e^Γlast)
 // is what the state pass reads; the scratch after it is reused: Ks becomes W, Qs becomes q̃ (in
-// place), XT/VbT overwrite A/T once T' is built, and in the fused kernel the state pass puts its
-// bf16 state copy Sb [VD][KP] and V_newᵀ [VD][CP] over the scratch.
+// place), X/Vb overwrite A/T once T' is built, and in the fused kernel the state pass puts its
+// bf16 state copy Sb [KD][VP] and V_new [64][VP] over the scratch. Every mma operand is stored
+// token- or channel-major exactly as produced (no transposed stores): the products that need the
+// other orientation read it with ldmatrix.trans (mma_tiles AT/BT).
 template <bool KDA, bool DIRECT = false>
 struct Lay {
-    static constexpr int UST = VD + 4;                      // row of U (f32)
+    static constexpr int UST = VD + 8;                      // row of U (f32; float2 reads of a
+                                                            // half-warp hit distinct banks)
     static constexpr int WM = 0;                            // Ks -> W   [64][KP] u16
     static constexpr int QD = WM + 64 * KP * 2;             // Qs -> q̃   [64][KP] u16
-    static constexpr int KDT = QD + 64 * KP * 2;            // k̃ᵀ        [KD][CP] u16
-    static constexpr int PM = KDT + KD * CP * 2;            // P         [64][CP] u16
+    static constexpr int KDT = QD + 64 * KP * 2;            // k̃         [64][KP] u16
+    static constexpr int PM = KDT + 64 * KP * 2;            // P         [64][CP] u16
     static constexpr int UF = PM + (DIRECT ? 0 : 64 * CP * 2);  // U      [64][UST] f32
     static constexpr int GL = UF + (DIRECT ? 0 : 64 * UST * 4); // e^Γlast [KD] f32
     // (DIRECT: P and U go from registers straight to the small-bh workspace, not to shared.)
@@ -164,28 +229,31 @@ struct Lay {
     static constexpr int SL = TMP + 3 * 16 * 17 * 4;        // kda: KT, QT [64][DSP], KH [96][DSP],
                                                             //      raw k, q, Γ slices [64][DSP]
     static constexpr int SL_END = SL + (KDA ? 416 * DSP * 4 : 0);
-    static constexpr int XT = AF;                           // (K ⊙ e^Γ)ᵀ [KD][CP] u16 (after T')
-    static constexpr int VBT = XT + KD * CP * 2;            // Vᵀ        [VD][CP] u16
-    static constexpr int TB = align16(imax(SL_END, VBT + VD * CP * 2)); // T' hi, lo [64][CP] u16
-    static constexpr int SB = SCR;                          // fused state pass: S bf16 [VD][KP]
-    static constexpr int VNT = SB + VD * KP * 2;            //                   V_newᵀ [VD][CP]
-    static constexpr int TOTAL = imax(TB + 2 * 64 * CP * 2, VNT + VD * CP * 2);
+    static constexpr int XT = AF;                           // X = K ⊙ e^Γ [64][KP] u16 (after T')
+    static constexpr int VBT = XT + 64 * KP * 2;            // V         [64][VP] u16
+    static constexpr int TB = align16(imax(SL_END, VBT + 64 * VP * 2)); // T' hi, lo [64][CP] u16
+    static constexpr int SB = SCR;                          // fused state pass: S bf16 [KD][VP]
+    static constexpr int VNT = SB + KD * VP * 2;            //                   V_new  [64][VP]
+    static constexpr int TOTAL = imax(TB + 2 * 64 * CP * 2, VNT + 64 * VP * 2);
     static_assert(TOTAL <= 232448, "shared memory of the intra stage");
 };
 
-// Shared memory of the small-bh state pass: two stages of what one chunk needs, then Sb, V_newᵀ.
+// Shared memory of the small-bh state pass: two stages of what one chunk needs (W, q̃, k̃ [64][KP],
+// P [64][CP], U [64][UST] f32, e^Γlast), then two Sb [KD][SVT + 8] (chunk parity) and V_new
+// [64][SVT + 8].
 struct SLay {
-    static constexpr int UST = SVT + 4;
+    static constexpr int UST = SVT + 8;
     static constexpr int W = 0;
     static constexpr int Q = W + 64 * KP * 2;
     static constexpr int KT = Q + 64 * KP * 2;
-    static constexpr int P = KT + KD * CP * 2;
+    static constexpr int P = KT + 64 * KP * 2;
     static constexpr int U = P + 64 * CP * 2;
     static constexpr int GL = U + 64 * UST * 4;
     static constexpr int STAGE = align16(GL + KD * 4);
     static constexpr int SB = 2 * STAGE;
-    static constexpr int VNT = SB + SVT * KP * 2;
-    static constexpr int TOTAL = VNT + SVT * CP * 2;
+    static constexpr int SBN = KD * (SVT + 8);               // elements of one Sb
+    static constexpr int VNT = SB + 2 * SBN * 2;
+    static constexpr int TOTAL = VNT + 64 * (SVT + 8) * 2;
     static_assert(TOTAL <= 232448, "shared memory of the small-bh state pass");
 };
 
@@ -193,8 +261,8 @@ struct SLay {
 struct WLay {
     static constexpr int W = 0;                  // [64][KD] mma type
     static constexpr int Q = W + 64 * KD * 2;    // [64][KD]
-    static constexpr int KT = Q + 64 * KD * 2;   // [KD][64]
-    static constexpr int P = KT + KD * 64 * 2;   // [64][64]
+    static constexpr int KT = Q + 64 * KD * 2;   // k̃ [64][KD]
+    static constexpr int P = KT + 64 * KD * 2;   // [64][64]
     static constexpr int U = P + 64 * 64 * 2;    // [64][VD] f32
     static constexpr int GL = U + 64 * VD * 4;   // [KD] f32
     static constexpr int BLOCK = align16(GL + KD * 4);
@@ -210,7 +278,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     const int h = hv / p.group;
     u16* Ks = (u16*)(sm + LY::WM);
     u16* Qs = (u16*)(sm + LY::QD);
-    u16* KdT = (u16*)(sm + LY::KDT);
+    u16* Kd = (u16*)(sm + LY::KDT);
     // P: shared [64][CP], or (DIRECT) the workspace block [64][64].
     u16* Pm = DIRECT ? (u16*)(wdst + WLay::P) : (u16*)(sm + LY::PM);
     const int pst = DIRECT ? CH : CP;
@@ -221,8 +289,8 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     float* Af = (float*)(sm + LY::AF);
     float* Tf = (float*)(sm + LY::TF);
     float* Tmp = (float*)(sm + LY::TMP);
-    u16* XT = (u16*)(sm + LY::XT);
-    u16* VbT = (u16*)(sm + LY::VBT);
+    u16* Xs = (u16*)(sm + LY::XT);
+    u16* Vb = (u16*)(sm + LY::VBT);
     u16* Tbh = (u16*)(sm + LY::TB);
     u16* Tbl = Tbh + 64 * CP;
 
@@ -345,13 +413,17 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         for (int i = 0; i < TT::PER; ++i) {
             int r0, c0;
             tile_rc<CH, CH, NTH / 32>(warp, lane, i, r0, c0);
+            float pv[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = r0 + (e >> 1) * 8, c = c0 + (e & 1);
                 const float dec = c <= r ? fexp(G[r] - G[c]) : 0.0f;
                 Af[r * 65 + c] = c < r ? Bs[r] * akk[i][e] * dec : 0.0f;
-                Pm[r * pst + c] = to_mma(c <= r ? p.scale * aqk[i][e] * dec : 0.0f);
+                pv[e] = c <= r ? p.scale * aqk[i][e] * dec : 0.0f;
             }
+            // (c0 even, pst even: 4-byte aligned pairs, in shared or in the workspace)
+            *(u32*)(Pm + r0 * pst + c0) = pack_mma(pv[0], pv[1]);
+            *(u32*)(Pm + (r0 + 8) * pst + c0) = pack_mma(pv[2], pv[3]);
         }
     } else {
         constexpr int DS = LY::DS, SP = LY::DSP;
@@ -551,14 +623,16 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     }
     __syncthreads();
 
-    // 4. (K ⊙ e^Γ)ᵀ, Vᵀ, q̃ = scale Q ⊙ e^Γ (in place), k̃ᵀ = (K ⊙ e^{Γlast - Γ})ᵀ, e^Γlast.
+    // 4. X = K ⊙ e^Γ, V, q̃ = scale Q ⊙ e^Γ (in place), k̃ = K ⊙ e^{Γlast - Γ}, e^Γlast; all
+    //    token-major [64][*] like Ks (consecutive threads walk a row: no bank conflicts; the
+    //    products read X, V and k̃ with ldmatrix.trans).
     for (int idx = tid; idx < CH * KD; idx += NTH) {
-        const int i = idx & 63, d = idx >> 6;
+        const int i = idx / KD, d = idx % KD;
         const float gi = KDA ? G[i * KD + d] : G[i];
         const float gl = KDA ? G[63 * KD + d] : G[63];
         const float kv = from_mma(Ks[i * KP + d]);
-        XT[d * CP + i] = to_mma(kv * fexp(gi));
-        KdT[d * CP + i] = to_mma(kv * fexp(gl - gi));
+        Xs[i * KP + d] = to_mma(kv * fexp(gi));
+        Kd[i * KP + d] = to_mma(kv * fexp(gl - gi));
         Qs[i * KP + d] = to_mma(p.scale * from_mma(Qs[i * KP + d]) * fexp(gi));
     }
     if (tid < KD) GLs[tid] = fexp(KDA ? G[63 * KD + tid] : G[63]);
@@ -576,7 +650,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
 #pragma unroll
             for (int m = 0; m < M; ++m) {
                 const int idx = tid + NTH * (half * M + m), e = idx % VD, i = idx / VD;
-                VbT[e * CP + i] = to_mma(i < L ? x[m] : 0.0f);
+                Vb[i * VP + e] = to_mma(i < L ? x[m] : 0.0f);
             }
         }
     });
@@ -587,24 +661,22 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         typedef Tiles<CH, KD, NTH / 32> TW;
         float acc[TW::PER][4];
         zero_acc(acc);
-        mma_tiles<CH, KD, CH, NTH / 32>(acc, Tbh, CP, XT, CP, warp, lane);
-        mma_tiles<CH, KD, CH, NTH / 32>(acc, Tbl, CP, XT, CP, warp, lane);
+        mma_tiles<CH, KD, CH, NTH / 32, false, true>(acc, Tbh, CP, Xs, KP, warp, lane);
+        mma_tiles<CH, KD, CH, NTH / 32, false, true>(acc, Tbl, CP, Xs, KP, warp, lane);
 #pragma unroll
         for (int i = 0; i < TW::PER; ++i) {
             int r, c;
             tile_rc<CH, KD, NTH / 32>(warp, lane, i, r, c);
-            Ks[r * KP + c] = to_mma(acc[i][0]);
-            Ks[r * KP + c + 1] = to_mma(acc[i][1]);
-            Ks[(r + 8) * KP + c] = to_mma(acc[i][2]);
-            Ks[(r + 8) * KP + c + 1] = to_mma(acc[i][3]);
+            *(u32*)(Ks + r * KP + c) = pack_mma(acc[i][0], acc[i][1]);
+            *(u32*)(Ks + (r + 8) * KP + c) = pack_mma(acc[i][2], acc[i][3]);
         }
     }
     {
         typedef Tiles<CH, VD, NTH / 32> TU;
         float acc[TU::PER][4];
         zero_acc(acc);
-        mma_tiles<CH, VD, CH, NTH / 32>(acc, Tbh, CP, VbT, CP, warp, lane);
-        mma_tiles<CH, VD, CH, NTH / 32>(acc, Tbl, CP, VbT, CP, warp, lane);
+        mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbh, CP, Vb, VP, warp, lane);
+        mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbl, CP, Vb, VP, warp, lane);
 #pragma unroll
         for (int i = 0; i < TU::PER; ++i) {
             int r, c;
@@ -614,10 +686,8 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                 *(float2*)(U + r * VD + c) = make_float2(acc[i][0], acc[i][1]);
                 *(float2*)(U + (r + 8) * VD + c) = make_float2(acc[i][2], acc[i][3]);
             } else {
-                Uf[r * LY::UST + c] = acc[i][0];
-                Uf[r * LY::UST + c + 1] = acc[i][1];
-                Uf[(r + 8) * LY::UST + c] = acc[i][2];
-                Uf[(r + 8) * LY::UST + c + 1] = acc[i][3];
+                *(float2*)(Uf + r * LY::UST + c) = make_float2(acc[i][0], acc[i][1]);
+                *(float2*)(Uf + (r + 8) * LY::UST + c) = make_float2(acc[i][2], acc[i][3]);
             }
         }
     }
@@ -667,51 +737,61 @@ __device__ __forceinline__ void store_state(const Params& p,
         }
     });
 }
-// Sb [VT][KP] = bf16(Sᵀ) for the next products.
+// Sb [KD][VT + 8] = bf16(S) (row-major, as the accumulators hold it: one 32-bit store per pair,
+// rows 4 words apart mod 32 banks) for the next products, which read it with ldmatrix.trans.
 template <int VT, int NW>
 __device__ __forceinline__ void write_sb(const float (&acc)[Tiles<KD, VT, NW>::PER][4], u16* Sb) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    constexpr int VTP = VT + 8;
 #pragma unroll
     for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) {
         int r, c;
         tile_rc<KD, VT, NW>(warp, lane, i, r, c);
-        Sb[c * KP + r] = to_mma(acc[i][0]);
-        Sb[(c + 1) * KP + r] = to_mma(acc[i][1]);
-        Sb[c * KP + r + 8] = to_mma(acc[i][2]);
-        Sb[(c + 1) * KP + r + 8] = to_mma(acc[i][3]);
+        *(u32*)(Sb + r * VTP + c) = pack_mma(acc[i][0], acc[i][1]);
+        *(u32*)(Sb + (r + 8) * VTP + c) = pack_mma(acc[i][2], acc[i][3]);
     }
 }
 
 // One chunk of the state pass for V columns [v0, v0 + VT) with NW warps (the whole block).
-// Sb must hold bf16(Sᵀ) (synchronised). Writes o rows < L. Ends without a final barrier.
+// Sb must hold bf16(S) [KD][VT + 8] (synchronised); Wm, Qd, Kd (k̃) are [64][KP], Pm [64][CP],
+// Uf [64][ust] f32 (ust even); V_new goes to Vn [64][VT + 8] (row-major, paired stores).
+// Writes o rows < L. Ends without a final barrier.
 template <int VT, int NW>
 __device__ __forceinline__ void state_chunk(const Params& p, float (&accS)[Tiles<KD, VT, NW>::PER][4],
-                                            const u16* Wm, const u16* Qd, const u16* KdT,
+                                            const u16* Wm, const u16* Qd, const u16* Kd,
                                             const u16* Pm, const float* Uf, int ust,
-                                            const float* GLs, const u16* Sb, u16* VnT, int t0,
+                                            const float* GLs, const u16* Sb, u16* Vn, int t0,
                                             int L, int hv, int v0) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    constexpr int VTP = VT + 8;
     typedef Tiles<CH, VT, NW> TO;
+    // O = q̃·S + P·V_new. With few tiles per warp (the small-bh pass) q̃·S is issued before the
+    // barrier together with W·S: twice the independent mma chains per warp while the state pass
+    // is latency-bound, and the same Sb fragments serve both. (The fused kernel at VD = 128 has
+    // no registers to spare for that: 8 tiles per warp and the 64-register state.)
+    constexpr bool EARLY_O = TO::PER <= 2;
+    float accO[TO::PER][4];
+    zero_acc(accO);
     {
         float acc[TO::PER][4];
         zero_acc(acc);
-        mma_tiles<CH, VT, KD, NW>(acc, Wm, KP, Sb, KP, warp, lane);
+        mma_tiles<CH, VT, KD, NW, false, true>(acc, Wm, KP, Sb, VTP, warp, lane);
+        if constexpr (EARLY_O) mma_tiles<CH, VT, KD, NW, false, true>(accO, Qd, KP, Sb, VTP, warp, lane);
 #pragma unroll
         for (int i = 0; i < TO::PER; ++i) {
             int r, c;
             tile_rc<CH, VT, NW>(warp, lane, i, r, c);
-            VnT[c * CP + r] = to_mma(Uf[r * ust + c] - acc[i][0]);
-            VnT[(c + 1) * CP + r] = to_mma(Uf[r * ust + c + 1] - acc[i][1]);
-            VnT[c * CP + r + 8] = to_mma(Uf[(r + 8) * ust + c] - acc[i][2]);
-            VnT[(c + 1) * CP + r + 8] = to_mma(Uf[(r + 8) * ust + c + 1] - acc[i][3]);
+            const float2 u0 = *(const float2*)(Uf + r * ust + c);
+            const float2 u1 = *(const float2*)(Uf + (r + 8) * ust + c);
+            *(u32*)(Vn + r * VTP + c) = pack_mma(u0.x - acc[i][0], u0.y - acc[i][1]);
+            *(u32*)(Vn + (r + 8) * VTP + c) = pack_mma(u1.x - acc[i][2], u1.y - acc[i][3]);
         }
     }
     __syncthreads();
     {
-        float acc[TO::PER][4];
-        zero_acc(acc);
-        mma_tiles<CH, VT, KD, NW>(acc, Qd, KP, Sb, KP, warp, lane);
-        mma_tiles<CH, VT, CH, NW>(acc, Pm, CP, VnT, CP, warp, lane);
+        float (&acc)[TO::PER][4] = accO;
+        if constexpr (!EARLY_O) mma_tiles<CH, VT, KD, NW, false, true>(acc, Qd, KP, Sb, VTP, warp, lane);
+        mma_tiles<CH, VT, CH, NW, false, true>(acc, Pm, CP, Vn, VTP, warp, lane);
         with_dt(p.out_dt, [&](auto D) {
             constexpr int DT = decltype(D)::value;
 #pragma unroll
@@ -735,7 +815,8 @@ __device__ __forceinline__ void state_chunk(const Params& p, float (&accS)[Tiles
         accS[i][2] *= g1;
         accS[i][3] *= g1;
     }
-    mma_tiles<KD, VT, CH, NW>(accS, KdT, CP, VnT, CP, warp, lane);
+    // S += k̃ᵀ V_new: A = k̃ᵀ read from k̃ [64][KP] with ldmatrix.trans, B = V_new likewise.
+    mma_tiles<KD, VT, CH, NW, true, true>(accS, Kd, KP, Vn, VTP, warp, lane);
 }
 
 __device__ __forceinline__ i64 seq_start(const Params& p, int n) { return ld_i(p.cu_seqlens, n, p.off_dt); }
@@ -804,10 +885,7 @@ __device__ void smallbh_intra(const Params& p) {
         const int r = u / (KD / 8), q = u % (KD / 8);
         *(uint4*)(dst + WLay::W + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::WM + r * KP * 2 + q * 16);
         *(uint4*)(dst + WLay::Q + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::QD + r * KP * 2 + q * 16);
-    }
-    for (int u = tid; u < KD * 8; u += NTH) {
-        const int r = u >> 3, q = u & 7;
-        *(uint4*)(dst + WLay::KT + r * 128 + q * 16) = *(const uint4*)(sm + LY::KDT + r * CP * 2 + q * 16);
+        *(uint4*)(dst + WLay::KT + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::KDT + r * KP * 2 + q * 16);
     }
     for (int u = tid; u < KD / 4; u += NTH)
         *(uint4*)(dst + WLay::GL + u * 16) = *(const uint4*)(sm + LY::GL + u * 16);
@@ -821,10 +899,7 @@ __device__ __forceinline__ void smallbh_fetch(const Params& p, char* st, i64 rr,
         const int r = u / (KD / 8), q = u % (KD / 8);
         cp_async16(st + SLay::W + r * KP * 2 + q * 16, src + WLay::W + r * KD * 2 + q * 16);
         cp_async16(st + SLay::Q + r * KP * 2 + q * 16, src + WLay::Q + r * KD * 2 + q * 16);
-    }
-    for (int u = tid; u < KD * 8; u += SNW * 32) {
-        const int r = u >> 3, q = u & 7;
-        cp_async16(st + SLay::KT + r * CP * 2 + q * 16, src + WLay::KT + r * 128 + q * 16);
+        cp_async16(st + SLay::KT + r * KP * 2 + q * 16, src + WLay::KT + r * KD * 2 + q * 16);
     }
     for (int u = tid; u < 64 * 8; u += SNW * 32) {
         const int r = u >> 3, q = u & 7;
@@ -839,7 +914,13 @@ __device__ __forceinline__ void smallbh_fetch(const Params& p, char* st, i64 rr,
 
 // State kernel: grid (VD / SVT, HV, N), SNW warps, dynamic shared memory SLay::TOTAL. Walks the
 // chunks of one (sequence, value head) for one V tile, with the next chunk's workspace block
-// loaded by cp.async while the current one is used (double buffer).
+// loaded by cp.async while the current one is used (double buffer). Two barriers per chunk: (1)
+// after this chunk's data has landed and Sb is written (every warp is then past the previous
+// chunk, so the previous chunk's stage can be refilled with the next one and V_new rewritten),
+// (2) inside state_chunk between V_new and its readers. Sb alternates between two buffers by
+// chunk parity: a warp writing chunk c + 1's Sb has passed barrier (2) of chunk c, so every warp
+// has finished chunk c - 1, the last reader of that buffer; slower warps may still be reading
+// chunk c's Sb, which is the other buffer.
 template <bool KDA>
 __device__ void smallbh_state(const Params& p) {
     extern __shared__ __align__(16) char sm[];
@@ -852,28 +933,24 @@ __device__ void smallbh_state(const Params& p) {
     const int len = (int)(eos - bos);
     const int r0 = p.chunk_offsets[n];
     const int nch = p.chunk_offsets[n + 1] - r0;
-    u16* Sb = (u16*)(sm + SLay::SB);
-    u16* VnT = (u16*)(sm + SLay::VNT);
+    u16* Vn = (u16*)(sm + SLay::VNT);
     if (nch > 0) smallbh_fetch(p, sm, r0, hv, v0);
     cp_async_commit();
     for (int c = 0; c < nch; ++c) {
-        if (c + 1 < nch) {
-            smallbh_fetch(p, sm + ((c + 1) & 1) * SLay::STAGE, r0 + c + 1, hv, v0);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        u16* Sb = (u16*)(sm + SLay::SB) + (c & 1) * SLay::SBN;
+        cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)
         write_sb<SVT, SNW>(accS, Sb);
-        __syncthreads();
+        __syncthreads();     // (1)
+        // stage (c + 1) & 1 was last read in chunk c - 1, which every warp has finished
+        if (c + 1 < nch) smallbh_fetch(p, sm + ((c + 1) & 1) * SLay::STAGE, r0 + c + 1, hv, v0);
+        cp_async_commit();
         const char* st = sm + (c & 1) * SLay::STAGE;
         const int t0 = (int)bos + c * CH;
         const int L = imin(CH, len - c * CH);
         state_chunk<SVT, SNW>(p, accS, (const u16*)(st + SLay::W), (const u16*)(st + SLay::Q),
                               (const u16*)(st + SLay::KT), (const u16*)(st + SLay::P),
                               (const float*)(st + SLay::U), SLay::UST,
-                              (const float*)(st + SLay::GL), Sb, VnT, t0, L, hv, v0);
-        __syncthreads();
+                              (const float*)(st + SLay::GL), Sb, Vn, t0, L, hv, v0);
         if (L == CH) maybe_checkpoint<SVT, SNW>(p, accS, n, hv, (i64)(c + 1) * CH, v0);
     }
     const i64 row = final_row(p, n);
