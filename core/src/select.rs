@@ -920,7 +920,8 @@ pub fn select(
             None => {
                 rejects.push(Reject::NoDevice {
                     backend: r.backend,
-                    reason: "not probed (this choice does not need it, or it is not compiled in)".into(),
+                    reason: "not probed (this choice does not need it, or it is not compiled in)"
+                        .into(),
                 });
                 None
             }
