@@ -296,6 +296,37 @@ const LAYOUT_ALL: &[StateLayout] = &[StateLayout::Kv, StateLayout::Vk];
 const BETA_ALL: &[BetaMode] = &[BetaMode::Prob, BetaMode::Logit, BetaMode::Logit2];
 const DIM_REF: DimRule = DimRule::Range(16, 256);
 
+/// The full contract of SPEC.md: every dtype, layout, head dim 16..=256, gate, beta and option.
+/// Rows start from it and narrow what their kernels do not implement.
+const SPEC_CONTRACT: Rule = Rule {
+    id: "",
+    op: Op::Gdn,
+    mode: Mode::Prefill,
+    backend: BackendKind::Cpu,
+    kernel: Kernel::Reference,
+    priority: 90,
+    precision: Precision::Reference,
+    qkv_dtypes: QKV_ALL,
+    g_dtypes: G_ALL,
+    beta_dtypes: G_ALL,
+    out_dtypes: OUT_ALL,
+    state_dtypes: STATE_ALL,
+    layouts: LAYOUT_ALL,
+    head_k: DIM_REF,
+    head_v: DIM_REF,
+    gva: true,
+    gates: GateRule::ALL,
+    betas: BETA_ALL,
+    l2norm: true,
+    pools: true,
+    checkpoints: CheckpointRule::Any,
+    max_seq_len: None,
+    needs: &[],
+    graph_safe: false,
+    auto_when: AutoWhen::Always,
+    note: "",
+};
+
 const fn cpu_rule(
     id: &'static str,
     op: Op,
@@ -310,29 +341,12 @@ const fn cpu_rule(
         id,
         op,
         mode,
-        backend: BackendKind::Cpu,
         kernel,
         priority,
         precision,
-        qkv_dtypes: QKV_ALL,
-        g_dtypes: G_ALL,
-        beta_dtypes: G_ALL,
-        out_dtypes: OUT_ALL,
-        state_dtypes: STATE_ALL,
-        layouts: LAYOUT_ALL,
-        head_k: DIM_REF,
-        head_v: DIM_REF,
-        gva: true,
-        gates: GateRule::ALL,
-        betas: BETA_ALL,
-        l2norm: true,
-        pools: true,
-        checkpoints: CheckpointRule::Any,
-        max_seq_len: None,
-        needs: &[],
-        graph_safe: false,
         auto_when,
         note,
+        ..SPEC_CONTRACT
     }
 }
 
@@ -354,25 +368,9 @@ const fn wgpu_rule(
         kernel,
         priority: 45,
         precision: Precision::F32,
-        qkv_dtypes: QKV_ALL,
-        g_dtypes: G_ALL,
-        beta_dtypes: G_ALL,
-        out_dtypes: OUT_ALL,
-        state_dtypes: STATE_ALL,
-        layouts: LAYOUT_ALL,
-        head_k: DIM_REF,
-        head_v: DIM_REF,
-        gva: true,
-        gates: GateRule::ALL,
-        betas: BETA_ALL,
-        l2norm: true,
-        pools: true,
-        checkpoints: CheckpointRule::Any,
-        max_seq_len: None,
         needs: WGPU_NEEDS,
-        graph_safe: false,
-        auto_when: AutoWhen::Always,
         note,
+        ..SPEC_CONTRACT
     }
 }
 
@@ -402,28 +400,18 @@ const fn cuda_rule(
         kernel,
         priority: 10,
         precision: Precision::Bf16,
-        qkv_dtypes: QKV_ALL,
-        g_dtypes: G_ALL,
-        beta_dtypes: G_ALL,
-        out_dtypes: OUT_ALL,
-        state_dtypes: STATE_ALL,
-        layouts: LAYOUT_ALL,
         head_k: DIM_CUDA,
         head_v: DIM_CUDA,
-        gva: true,
         gates: GateRule::FAST,
-        betas: BETA_ALL,
-        l2norm: true,
-        pools: true,
         checkpoints: match mode {
             Mode::Prefill => CheckpointRule::MultipleOf(64),
             Mode::Decode => CheckpointRule::Any,
         },
-        max_seq_len: None,
         needs: &[Need::ComputeCapability(9, 0)],
         graph_safe: true,
         auto_when,
         note,
+        ..SPEC_CONTRACT
     }
 }
 
