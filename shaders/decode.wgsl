@@ -16,18 +16,10 @@
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
-override QKV_DT: u32 = 0u;
-override G_DT: u32 = 0u;
-override BETA_DT: u32 = 0u;
 override IS_KDA: bool = false;
 
-@group(0) @binding(0) var<uniform> prm: Params;
-@group(0) @binding(1) var<storage, read> aux: array<u32>;
-@group(0) @binding(2) var<storage, read> qb: array<u32>;
-@group(0) @binding(3) var<storage, read> kb: array<u32>;
-@group(0) @binding(4) var<storage, read> vb: array<u32>;
-@group(0) @binding(5) var<storage, read> gb: array<u32>;
-@group(0) @binding(6) var<storage, read> bb: array<u32>;
+// bindings 0-6 (prm, aux, q, k, v, g, beta), the QKV_DT/G_DT/BETA_DT overrides and the
+// loaders ld/ld_g/ld_beta come from the inputs prelude (inputs.wgsl).
 @group(0) @binding(7) var<storage, read_write> st: array<u32>;
 @group(0) @binding(8) var<storage, read_write> outs: array<f32>;
 
@@ -39,26 +31,6 @@ var<workgroup> s_u: array<f32, 32>;
 var<workgroup> s_sc: array<f32, 4>;   // beta, 1/|q|, 1/|k|, gdn log decay
 var<workgroup> s_meta: vec4<u32>;
 var<workgroup> s_meta2: u32;
-
-fn ld(buf_id: u32, e: u32) -> f32 {
-    var w: u32;
-    if (QKV_DT == DT_F32) {
-        if (buf_id == 0u) { w = qb[e]; } else if (buf_id == 1u) { w = kb[e]; } else { w = vb[e]; }
-        return bitcast<f32>(w);
-    }
-    if (buf_id == 0u) { w = qb[e >> 1u]; } else if (buf_id == 1u) { w = kb[e >> 1u]; } else { w = vb[e >> 1u]; }
-    return decode16(w, e, QKV_DT);
-}
-
-fn ld_g(e: u32) -> f32 {
-    if (G_DT == DT_F32) { return bitcast<f32>(gb[e]); }
-    return decode16(gb[e >> 1u], e, G_DT);
-}
-
-fn ld_beta(e: u32) -> f32 {
-    if (BETA_DT == DT_F32) { return bitcast<f32>(bb[e]); }
-    return decode16(bb[e >> 1u], e, BETA_DT);
-}
 
 fn load_state(row: u32, hv: u32, d: u32, e: u32) -> f32 {
     let idx = (row * prm.vheads + hv) * HEAD_K * HEAD_V + state_offset(d, e, HEAD_K, HEAD_V, prm.state_layout);

@@ -204,8 +204,8 @@ impl Gpu {
             return Err(error::compile(
                 shader.file_name(),
                 format!(
-                    "{e}\n(line numbers count the {} prelude lines of common.wgsl)",
-                    Shader::prelude_lines()
+                    "{e}\n(line numbers count the {} prelude lines in front of the stage)",
+                    shader.prelude_lines()
                 ),
                 Vec::new(),
             ));

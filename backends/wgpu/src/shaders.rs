@@ -1,10 +1,14 @@
 //! The WGSL registry (STYLE.md section 5): one enum entry per stage file in `shaders/`, each
-//! embedded with `include_str!` and prefixed by the shared prelude `common.wgsl` in [`Shader::source`],
-//! the one function both the runtime and the validation test use.
+//! embedded with `include_str!` and prefixed by the shared preludes (`common.wgsl` for every stage,
+//! `inputs.wgsl` for the stages reading the call's inputs) in [`Shader::source`], the one function
+//! both the runtime and the validation test use.
 
 /// The prelude concatenated in front of every stage (no bindings, only `Params` and helpers).
 pub const PRELUDE_FILE: &str = "common.wgsl";
 const PRELUDE: &str = include_str!("../../../shaders/common.wgsl");
+/// The prelude of the stages that read q/k/v, g and beta (their bindings 0-6 and loaders).
+pub const INPUTS_FILE: &str = "inputs.wgsl";
+const INPUTS: &str = include_str!("../../../shaders/inputs.wgsl");
 
 /// One WGSL stage file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -55,19 +59,31 @@ impl Shader {
         }
     }
 
-    /// The full module text: the prelude, then the stage file. Line numbers in naga's messages
+    /// The preludes concatenated in front of this stage, in order.
+    fn preludes(self) -> &'static [&'static str] {
+        match self {
+            Shader::GdnPrefillIntra | Shader::KdaPrefillIntra | Shader::Decode => {
+                &[PRELUDE, INPUTS]
+            }
+            _ => &[PRELUDE],
+        }
+    }
+
+    /// The full module text: the preludes, then the stage file. Line numbers in naga's messages
     /// are offset by [`Shader::prelude_lines`].
     pub fn source(self) -> String {
-        let mut s = String::with_capacity(PRELUDE.len() + self.stage_source().len() + 1);
-        s.push_str(PRELUDE);
-        s.push('\n');
+        let mut s = String::new();
+        for p in self.preludes() {
+            s.push_str(p);
+            s.push('\n');
+        }
         s.push_str(self.stage_source());
         s
     }
 
-    /// Lines the prelude adds in front of the stage file.
-    pub fn prelude_lines() -> usize {
-        PRELUDE.lines().count() + 1
+    /// Lines the preludes add in front of the stage file.
+    pub fn prelude_lines(self) -> usize {
+        self.preludes().iter().map(|p| p.lines().count() + 1).sum()
     }
 
     /// The override constants this stage declares (every key the host passes must be here).

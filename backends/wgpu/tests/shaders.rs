@@ -3,7 +3,7 @@
 //! uses) under the capabilities the backend requests.
 
 use deltarule_wgpu::device::wanted_features;
-use deltarule_wgpu::shaders::{Shader, PRELUDE_FILE};
+use deltarule_wgpu::shaders::{Shader, INPUTS_FILE, PRELUDE_FILE};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -26,9 +26,10 @@ fn every_wgsl_file_is_registered_and_vice_versa() {
     assert_eq!(registered.len(), Shader::ALL.len(), "duplicate file names");
     assert!(!registered.is_empty());
     registered.insert(PRELUDE_FILE.to_string());
+    registered.insert(INPUTS_FILE.to_string());
     assert_eq!(
         on_disk, registered,
-        "shaders/*.wgsl and the registry (plus the prelude) differ"
+        "shaders/*.wgsl and the registry (plus the preludes) differ"
     );
     for s in Shader::ALL {
         let text = std::fs::read_to_string(shader_dir().join(s.file_name())).expect("readable");
@@ -65,7 +66,7 @@ fn every_shader_validates_with_naga() {
                 failures.push(format!(
                     "{} (prelude {} lines):\n{}",
                     s.file_name(),
-                    Shader::prelude_lines(),
+                    s.prelude_lines(),
                     e.emit_to_string_with_path(&src, s.file_name())
                 ));
                 continue;
