@@ -34,52 +34,31 @@
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
 
-// bindings 0-6 (prm, aux, q, k, v, g, beta), the QKV_DT/G_DT/BETA_DT overrides and the
-// loaders ld/ld_g/ld_beta come from the inputs prelude (inputs.wgsl).
-@group(0) @binding(7) var<storage, read_write> wsa: array<f32>;
-@group(0) @binding(8) var<storage, read_write> wsu: array<f32>;
+// bindings 0-6 (prm, aux, q, k, v, g, beta), the dtype overrides and the input loaders come from
+// inputs.wgsl; bindings 7-8 (wsa, wsu), s_at, the T solve and the W/U writer from intra.wgsl.
 
 const TS: u32 = 17u;       // row stride of the 16-wide dot-product tiles
 const XS: u32 = 33u;       // row stride of the 32-wide W/U source tiles
-const AS: u32 = 65u;       // row stride of the A / T matrix
 
 var<workgroup> s_beta: array<f32, 64>;
 var<workgroup> s_rq: array<f32, 64>;
 var<workgroup> s_rk: array<f32, 64>;
-// A strictly below the diagonal (row stride 65), T = (I + A)^-1 stored transposed above it
-// (T[i][j] at [j][i]); after the solve the same memory holds Tᵀ with row stride 64 (unit
-// diagonal and zeros included) so W/U read four rows of T with one vec4.
-var<workgroup> s_at: array<vec4<f32>, 1040>;
 // Tiles: K, Q and Γ rows (3 x 64 x 17) for the dot products, or a 64 x 33 source tile for W/U.
 var<workgroup> s_x: array<f32, 3264>;
 var<workgroup> s_meta: vec2<u32>;
 
-fn at_get(x: u32) -> f32 {
-    return s_at[x >> 2u][x & 3u];
-}
-
-fn at_set(x: u32, v: f32) {
-    s_at[x >> 2u][x & 3u] = v;
-}
-
-// One term A[i][m] T[m][j] of the diagonal-block substitution, zero unless j < m < i (the loads
-// are unconditional at m' = min(m, i − 1): row i's A part and row j's A/T part, both settled, so
-// four terms issue their loads together).
-fn sub_term(i: u32, j: u32, m: u32) -> f32 {
-    let mm = min(m, i - 1u);
-    let p = at_get(i * AS + mm) * at_get(j * AS + mm);
-    return select(0.0, p, j < m && m < i);
-}
-
-// One term A[i][k] T[k][j] of a block merge (T[k][j] = 1 for k == j, 0 for k < j).
-fn merge_term(i: u32, j: u32, k: u32) -> f32 {
-    let tk = at_get(j * AS + k);
-    let t = select(select(0.0, tk, k > j), 1.0, k == j);
-    return at_get(i * AS + k) * t;
-}
-
 // q (which 0) or k (1) of chunk row i, channel d: an unconditional load (row t0, channel 0 when
 // outside the chunk or K) zeroed by selection, so a batch of these issues back to back.
+
+// The solve's scratch (intra.wgsl) in this stage's scalar s_x.
+fn x_get(x: u32) -> f32 {
+    return s_x[x];
+}
+
+fn x_set(x: u32, v: f32) {
+    s_x[x] = v;
+}
+
 fn qk_at(which: u32, i: u32, d: u32, t0: u32, l: u32, h: u32) -> f32 {
     let ok = i < l && d < HEAD_K;
     let x = ld(which, ((t0 + select(0u, i, ok)) * prm.heads + h) * HEAD_K + select(0u, d, ok));
@@ -153,17 +132,6 @@ fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
     }
 }
 
-// Tᵀ[m][i] (row stride 64) at flat index idx = 64 m + i: T[i][m] for m < i < L, 1 on the
-// diagonal, 0 elsewhere (read from the solve's layout).
-fn t_entry(idx: u32, l: u32) -> f32 {
-    let m = idx / 64u;
-    let i = idx % 64u;
-    if (m < i && i < l) {
-        return at_get(m * AS + i);
-    }
-    return select(0.0, 1.0, m == i);
-}
-
 // Scale one raw source element into the s_x tile (and, for W tiles, write kdec); g = Γ[m][d],
 // gl = Γ_last[d]. Rows m >= L are written as zeros.
 fn put_src(kind: u32, c0: u32, m: u32, cc: u32, raw: f32, g: f32, gl: f32, l: u32, base_kd: u32) {
@@ -181,22 +149,6 @@ fn put_src(kind: u32, c0: u32, m: u32, cc: u32, raw: f32, g: f32, gl: f32, l: u3
         x = prm.scale * s_rq[m] * raw * exp(g);
     }
     s_x[m * XS + cc] = select(0.0, x, live);
-}
-
-// W or U row i (acc), columns col, col + 1.
-fn put_wu(is_w: bool, i: u32, col: u32, acc: vec2<f32>, l: u32, base_w: u32, base_u: u32) {
-    let V4 = k4(HEAD_V);
-    for (var b = 0u; b < 2u; b++) {
-        let cc = col + b;
-        let out = select(acc[b], 0.0, i >= l);
-        if (is_w) {
-            if (cc < HEAD_K) {
-                wsa[base_w + cc * 64u + i] = out;
-            }
-        } else if (cc < V4) {
-            wsu[base_u + i * V4 + cc] = out;
-        }
-    }
 }
 
 // Γ of rows r0 .. r0 + 3, channel dd of the tile (the scan's copy in s_at, row stride TS).
@@ -427,84 +379,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var g7 = gam_at(0u, sm + 56u, scc, base_gam);
     var gll = gam_at(0u, last, scc, base_gam);
 
-    // 3. T = (I + A)^-1, unit lower triangular, by blocks of 16 (T[i][j] stored at s_at[j][i]):
-    //    the four diagonal blocks by forward substitution, one column per invocation,
-    //    T[i][j] = -A[i][j] - sum_{j < m < i} A[i][m] T[m][j]; then the blocks below them by
-    //    distance, T_IJ = -T_II sum_{J <= K < I} A_IK T_KJ (rows >= L have A = 0: identity).
-    if (tid < 64u) {
-        let j = tid;
-        let bend = (j / 16u) * 16u + 16u;
-        let b0 = bend - 16u;
-        for (var i = j + 1u; i < bend; i++) {
-            var acc = -at_get(i * AS + j);
-            for (var m = b0; m < bend; m += 4u) {
-                acc -= sub_term(i, j, m);
-                acc -= sub_term(i, j, m + 1u);
-                acc -= sub_term(i, j, m + 2u);
-                acc -= sub_term(i, j, m + 3u);
-            }
-            at_set(j * AS + i, acc);
-        }
-    }
-    workgroupBarrier();
-    for (var dist = 1u; dist < 4u; dist++) {
-        let nb = 4u - dist;
-        // X_IJ = sum_K A_IK T_KJ into s_x (free during the solve), block (I, J) = (J + dist, J)
-        for (var idx = tid; idx < nb * 256u; idx += 256u) {
-            let bj = idx / 256u;
-            let bi = bj + dist;
-            let i = bi * 16u + (idx % 256u) / 16u;
-            let j = bj * 16u + idx % 16u;
-            var x = 0.0;
-            for (var k = bj * 16u; k < bi * 16u; k += 4u) {
-                x += merge_term(i, j, k);
-                x += merge_term(i, j, k + 1u);
-                x += merge_term(i, j, k + 2u);
-                x += merge_term(i, j, k + 3u);
-            }
-            s_x[idx] = x;
-        }
-        workgroupBarrier();
-        for (var idx = tid; idx < nb * 256u; idx += 256u) {
-            let bj = idx / 256u;
-            let bi = bj + dist;
-            let r = (idx % 256u) / 16u;
-            let i = bi * 16u + r;
-            let j = bj * 16u + idx % 16u;
-            var acc = s_x[idx];
-            for (var rr = 0u; rr < r; rr++) {
-                acc += at_get((bi * 16u + rr) * AS + i) * s_x[bj * 256u + rr * 16u + idx % 16u];
-            }
-            at_set(j * AS + i, -acc);
-        }
-        workgroupBarrier();
-    }
-    // Tᵀ[m][i] (row stride 64) through registers: 16 entries an invocation
-    let tt0 = vec4<f32>(t_entry(tid, L), t_entry(tid + 256u, L), t_entry(tid + 512u, L),
-        t_entry(tid + 768u, L));
-    let tt1 = vec4<f32>(t_entry(tid + 1024u, L), t_entry(tid + 1280u, L),
-        t_entry(tid + 1536u, L), t_entry(tid + 1792u, L));
-    let tt2 = vec4<f32>(t_entry(tid + 2048u, L), t_entry(tid + 2304u, L),
-        t_entry(tid + 2560u, L), t_entry(tid + 2816u, L));
-    let tt3 = vec4<f32>(t_entry(tid + 3072u, L), t_entry(tid + 3328u, L),
-        t_entry(tid + 3584u, L), t_entry(tid + 3840u, L));
-    workgroupBarrier();
-    at_set(tid, tt0.x);
-    at_set(tid + 256u, tt0.y);
-    at_set(tid + 512u, tt0.z);
-    at_set(tid + 768u, tt0.w);
-    at_set(tid + 1024u, tt1.x);
-    at_set(tid + 1280u, tt1.y);
-    at_set(tid + 1536u, tt1.z);
-    at_set(tid + 1792u, tt1.w);
-    at_set(tid + 2048u, tt2.x);
-    at_set(tid + 2304u, tt2.y);
-    at_set(tid + 2560u, tt2.z);
-    at_set(tid + 2816u, tt2.w);
-    at_set(tid + 3072u, tt3.x);
-    at_set(tid + 3328u, tt3.y);
-    at_set(tid + 3584u, tt3.z);
-    at_set(tid + 3840u, tt3.w);
+    // 3. T = (I + A)^-1 (intra.wgsl)
+    solve_t(tid, L);
 
     // 4. One stream of 64 x 32 source tiles: W = T (beta K e^Γ) (kind 0, which also writes
     //    kdec = k e^(Γ_last − Γ)), U = T (beta V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a

@@ -9,6 +9,9 @@ const PRELUDE: &str = include_str!("../../../shaders/common.wgsl");
 /// The prelude of the stages that read q/k/v, g and beta (their bindings 0-6 and loaders).
 pub const INPUTS_FILE: &str = "inputs.wgsl";
 const INPUTS: &str = include_str!("../../../shaders/inputs.wgsl");
+/// The prelude of the two intra stages (workspace bindings, the T solve, the W/U writer).
+pub const INTRA_FILE: &str = "intra.wgsl";
+const INTRA: &str = include_str!("../../../shaders/intra.wgsl");
 
 /// One WGSL stage file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -62,9 +65,8 @@ impl Shader {
     /// The preludes concatenated in front of this stage, in order.
     fn preludes(self) -> &'static [&'static str] {
         match self {
-            Shader::GdnPrefillIntra | Shader::KdaPrefillIntra | Shader::Decode => {
-                &[PRELUDE, INPUTS]
-            }
+            Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => &[PRELUDE, INPUTS, INTRA],
+            Shader::Decode => &[PRELUDE, INPUTS],
             _ => &[PRELUDE],
         }
     }

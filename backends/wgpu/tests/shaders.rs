@@ -3,7 +3,7 @@
 //! uses) under the capabilities the backend requests.
 
 use deltarule_wgpu::device::wanted_features;
-use deltarule_wgpu::shaders::{Shader, INPUTS_FILE, PRELUDE_FILE};
+use deltarule_wgpu::shaders::{Shader, INPUTS_FILE, INTRA_FILE, PRELUDE_FILE};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -27,6 +27,7 @@ fn every_wgsl_file_is_registered_and_vice_versa() {
     assert!(!registered.is_empty());
     registered.insert(PRELUDE_FILE.to_string());
     registered.insert(INPUTS_FILE.to_string());
+    registered.insert(INTRA_FILE.to_string());
     assert_eq!(
         on_disk, registered,
         "shaders/*.wgsl and the registry (plus the preludes) differ"
