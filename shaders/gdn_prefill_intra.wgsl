@@ -28,6 +28,9 @@
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
+// Diagnosis only (DELTARULE_WGPU_PROBE, 0 in production): skips parts to locate the time.
+// 1: W/U stores (the products still run), 2: P stores, 4: the T solve, 8: step 4, 16: step 2 sums.
+override PROBE: u32 = 0u;
 
 // bindings 0-6 (prm, aux, q, k, v, g, beta), the dtype overrides and the input loaders come from
 // inputs.wgsl; bindings 7-8 (wsa, wsu), s_at, the T solve and the W/U writer from intra.wgsl.
@@ -98,7 +101,9 @@ fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
         if (j < i) {
             at_set(i * AS + j, av);
         }
-        wsa[base_p + j * 64u + i] = pv;
+        if ((PROBE & 2u) == 0u || pv == 12345.678) {
+            wsa[base_p + j * 64u + i] = pv;
+        }
     }
 }
 
@@ -238,7 +243,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 ss += x * x;
             }
         }
-        if (tx <= ty) {
+        if (tx <= ty && (PROBE & 16u) == 0u) {
             for (var dd = 0u; dd < 16u; dd++) {
                 let ka = s_x[dd * (XT / 4u) + ty];
                 let qa = s_x[4u * XT + dd * (XT / 4u) + ty];
@@ -286,13 +291,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var r7 = src_at(0u, sm + 56u, scc, t0, L, h, hv);
 
     // 3. T = (I + A)^-1 (intra.wgsl)
-    solve_t(tid, L);
+    if ((PROBE & 4u) == 0u) {
+        solve_t(tid, L);
+    }
 
     // 4. One stream of 64 x 32 source tiles: W = T (beta K e^Γ) (kind 0, which also writes
     //    kdec = k e^(Γ_last − Γ)), U = T (beta V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a
     //    coalesced transpose). Each invocation holds rows sm + 8 r (r < 8), column scc of the next
     //    tile in registers while the current one is used.
-    for (var tile = 0u; tile < ntot; tile++) {
+    let nrun = select(ntot, 0u, (PROBE & 8u) != 0u);
+    for (var tile = 0u; tile < nrun; tile++) {
         var kind = 0u;
         var c0 = tile * 32u;
         if (tile >= ntk + ntv) {
@@ -346,10 +354,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 a3 += t.w * xv;
             }
             let is_w = kind == 0u;
-            put_wu(is_w, ty * 4u, c0 + tx * 2u, a0, L, base_w, base_u);
-            put_wu(is_w, ty * 4u + 1u, c0 + tx * 2u, a1, L, base_w, base_u);
-            put_wu(is_w, ty * 4u + 2u, c0 + tx * 2u, a2, L, base_w, base_u);
-            put_wu(is_w, ty * 4u + 3u, c0 + tx * 2u, a3, L, base_w, base_u);
+            if ((PROBE & 1u) == 0u || a0.x == 12345.678) {
+                put_wu(is_w, ty * 4u, c0 + tx * 2u, a0, L, base_w, base_u);
+                put_wu(is_w, ty * 4u + 1u, c0 + tx * 2u, a1, L, base_w, base_u);
+                put_wu(is_w, ty * 4u + 2u, c0 + tx * 2u, a2, L, base_w, base_u);
+                put_wu(is_w, ty * 4u + 3u, c0 + tx * 2u, a3, L, base_w, base_u);
+            }
         }
         workgroupBarrier();
     }

@@ -33,6 +33,8 @@
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
+// Diagnosis only (DELTARULE_WGPU_PROBE): declared for the shared pipeline keys; unused here.
+override PROBE: u32 = 0u;
 
 // bindings 0-6 (prm, aux, q, k, v, g, beta), the dtype overrides and the input loaders come from
 // inputs.wgsl; bindings 7-8 (wsa, wsu), s_at, the T solve and the W/U writer from intra.wgsl.

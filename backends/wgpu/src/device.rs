@@ -28,6 +28,8 @@ pub struct Gpu {
     binding_cap: Option<u64>,
     /// Requested state-pass tile width (see `AdapterChoice::state_bv`).
     pub state_bv: Option<usize>,
+    /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
+    pub probe: u32,
     modules: Mutex<HashMap<Shader, Arc<wgpu::ShaderModule>>>,
     uncaptured: Arc<Mutex<Vec<String>>>,
 }
@@ -126,6 +128,7 @@ impl Gpu {
             checked: choice.checked,
             binding_cap: choice.max_binding,
             state_bv: choice.state_bv,
+            probe: choice.probe,
             modules: Mutex::new(HashMap::new()),
             uncaptured,
         })

@@ -44,6 +44,11 @@ pub struct AdapterChoice {
     /// tuning knob: 16 doubles the workgroups of the sequential pass when sequences x heads are
     /// few). 32 is used only for K <= 128; `None` picks 32 there, else 16.
     pub state_bv: Option<usize>,
+    /// Diagnosis only (`DELTARULE_WGPU_PROBE`, a bit mask, 0 = off): skips parts of the intra
+    /// pass to locate its time (1: the W/U stores, 2: the P stores, 4: the T solve, 8: the W/U/qdec
+    /// stream, 16: the K Kᵀ / Q Kᵀ products). Results are wrong with any bit set; `deltarule
+    /// bench` is the only intended user.
+    pub probe: u32,
 }
 
 impl AdapterChoice {
@@ -59,6 +64,10 @@ impl AdapterChoice {
             state_bv: std::env::var("DELTARULE_WGPU_STATE_BV")
                 .ok()
                 .and_then(|s| s.parse().ok()),
+            probe: std::env::var("DELTARULE_WGPU_PROBE")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
         }
     }
 }

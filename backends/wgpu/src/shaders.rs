@@ -92,7 +92,7 @@ impl Shader {
     pub fn overrides(self) -> &'static [&'static str] {
         match self {
             Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => {
-                &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT"]
+                &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"]
             }
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV"],
             Shader::PrefillOutput => &["HEAD_K", "HEAD_V"],

@@ -60,17 +60,17 @@ impl Prefill {
             Op::Gdn => Shader::GdnPrefillIntra,
             Op::Kda => Shader::KdaPrefillIntra,
         };
-        let intra = cache.get(
-            gpu,
-            intra_shader,
-            &[
-                ("HEAD_K", k),
-                ("HEAD_V", v),
-                ("QKV_DT", dt_code(p.qkv_dtype) as f64),
-                ("G_DT", dt_code(p.g_dtype) as f64),
-                ("BETA_DT", dt_code(p.beta_dtype) as f64),
-            ],
-        )?;
+        let mut consts = vec![
+            ("HEAD_K", k),
+            ("HEAD_V", v),
+            ("QKV_DT", dt_code(p.qkv_dtype) as f64),
+            ("G_DT", dt_code(p.g_dtype) as f64),
+            ("BETA_DT", dt_code(p.beta_dtype) as f64),
+        ];
+        if gpu.probe != 0 {
+            consts.push(("PROBE", gpu.probe as f64));
+        }
+        let intra = cache.get(gpu, intra_shader, &consts)?;
         let bv = state_tile(p.k, gpu.state_bv);
         let state = cache.get(
             gpu,
