@@ -14,7 +14,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_intra(const Par
     smallbh_intra<false>(p);
 }
 
-// small-bh stage 2. grid (V / 32, HV, N), 256 threads, shared SLay::TOTAL. State pass of one V
+// small-bh stage 2. grid (V / 32, HV, N), SNW * 32 threads, shared SLay::TOTAL. State pass of one V
 // tile: o, final state, checkpoints.
 extern "C" __global__ void __launch_bounds__(SNW * 32, 1) gdn_prefill_state(const Params p) {
     smallbh_state<false>(p);
@@ -22,5 +22,5 @@ extern "C" __global__ void __launch_bounds__(SNW * 32, 1) gdn_prefill_state(cons
 
 // Sizes the host reads once per loaded module (cuModuleGetGlobal): dynamic shared memory of the
 // fused kernel, of the small-bh state kernel, the workspace block per (chunk, head), and the
-// dynamic shared memory of the small-bh intra kernel.
-extern "C" __device__ int gdn_prefill_sizes[4] = {Lay<false>::TOTAL, SLay::TOTAL, WLay::BLOCK, Lay<false, true>::TOTAL};
+// dynamic shared memory of the small-bh intra kernel, and the threads of the small-bh state kernel.
+extern "C" __device__ int gdn_prefill_sizes[5] = {Lay<false>::TOTAL, SLay::TOTAL, WLay::BLOCK, Lay<false, true>::TOTAL, SNW * 32};

@@ -31,6 +31,13 @@
 #define MMA_F16 0
 #endif
 
+// Diagnosis only (DELTARULE_CUDA_PROBE, 0 in production): bits leave parts out to place the time.
+// State pass: 1 the W/q̃/k̃ fetch, 2 the W·S and q̃·S products, 4 the S update product.
+// Intra: 8 the T solve, 16 step 4's exponentials (kda), 32 step 2 (A and P), 64 step 5's products,
+// 128 the small-bh copy of W, q̃, k̃ to the workspace.
+#ifndef PROBE
+#define PROBE 0
+#endif
 constexpr int KD = HEAD_K;
 constexpr int VD = HEAD_V;
 constexpr int CH = 64;        // chunk
@@ -39,7 +46,8 @@ constexpr int CP = CH + 8;    // padded row of [*][64] operands
 constexpr int VP = VD + 8;    // padded row of [*][VD] operands
 constexpr int NTH = 256;      // threads of the intra stage and of the fused kernel
 constexpr int SVT = 32;       // V tile of the small-bh state pass
-constexpr int SNW = 8;        // warps of the small-bh state pass
+constexpr int SNW = KD >= 64 ? 16 : 8;  // warps of the small-bh state pass (v6: 16, half the
+                                         // tiles per warp: it is latency-bound, IPC 1.4 at 8)
 static_assert(KD == 32 || KD == 64 || KD == 128, "HEAD_K must be 32, 64 or 128");
 static_assert(VD == 32 || VD == 64 || VD == 128, "HEAD_V must be 32, 64 or 128");
 
@@ -407,8 +415,10 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         float akk[TT::PER][4], aqk[TT::PER][4];
         zero_acc(akk);
         zero_acc(aqk);
-        mma_tiles<CH, CH, KD, NTH / 32>(akk, Ks, KP, Ks, KP, warp, lane);
-        mma_tiles<CH, CH, KD, NTH / 32>(aqk, Qs, KP, Ks, KP, warp, lane);
+        if constexpr (!(PROBE & 32)) {
+            mma_tiles<CH, CH, KD, NTH / 32>(akk, Ks, KP, Ks, KP, warp, lane);
+            mma_tiles<CH, CH, KD, NTH / 32>(aqk, Qs, KP, Ks, KP, warp, lane);
+        }
 #pragma unroll
         for (int i = 0; i < TT::PER; ++i) {
             int r0, c0;
@@ -575,7 +585,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
 
     // 3. T = (I + A)^-1 in f32: diagonal 16x16 blocks by forward substitution (warp r, lane =
     //    column), then T_rc = -T_rr · Σ_{c<=m<r} A_rm T_mc by block distance.
-    if (warp < 4 && lane < 16) {
+    if (warp < 4 && lane < 16 && !(PROBE & 8)) {
         const int r = warp, l = lane;
         float col[16];
 #pragma unroll
@@ -589,7 +599,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         for (int i = 0; i < 16; ++i) Tf[(16 * r + i) * 65 + 16 * r + l] = col[i];
     }
     __syncthreads();
-    for (int dist = 1; dist < 4; ++dist) {
+    for (int dist = 1; dist < ((PROBE & 8) ? 1 : 4); ++dist) {
         const int nb = 4 - dist;
         for (int idx = tid; idx < nb * 256; idx += NTH) {
             const int b = idx >> 8, i = (idx >> 4) & 15, j = idx & 15;
@@ -613,6 +623,11 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         }
         __syncthreads();
     }
+    // gdn: the per-row factors of step 4, e^Γ_i and e^{Γlast - Γ_i} (Tmp is free after the merges).
+    if (!KDA && tid < CH) {
+        Tmp[tid] = fexp(G[tid]);
+        Tmp[CH + tid] = fexp(G[63] - G[tid]);
+    }
     // T' = T diag(β), split into hi + lo in the mma type (upper blocks are zero).
     for (int idx = tid; idx < CH * CH; idx += NTH) {
         const int i = idx >> 6, j = idx & 63;
@@ -626,14 +641,37 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     // 4. X = K ⊙ e^Γ, V, q̃ = scale Q ⊙ e^Γ (in place), k̃ = K ⊙ e^{Γlast - Γ}, e^Γlast; all
     //    token-major [64][*] like Ks (consecutive threads walk a row: no bank conflicts; the
     //    products read X, V and k̃ with ldmatrix.trans).
+    if constexpr (!KDA) {
+        // gdn: the decays are per row, so 8 channels a thread from one 16-byte load each, with the
+        // row factors computed once (same products, in the same order, as the per-element form).
+        constexpr int U8 = KD / 8;
+        for (int u = tid; u < CH * U8; u += NTH) {
+            const int i = u / U8, d = (u % U8) * 8;
+            const float e1 = Tmp[i], e2 = Tmp[CH + i];
+            const uint4 kw = *(const uint4*)(Ks + i * KP + d);
+            const uint4 qw = *(const uint4*)(Qs + i * KP + d);
+            auto sc2 = [](u32 w, float a, float b) {
+                return pack_mma(from_mma((u16)(w & 0xffffu)) * a * b, from_mma((u16)(w >> 16)) * a * b);
+            };
+            auto kx2 = [](u32 w, float e) {
+                return pack_mma(from_mma((u16)(w & 0xffffu)) * e, from_mma((u16)(w >> 16)) * e);
+            };
+            *(uint4*)(Xs + i * KP + d) = make_uint4(kx2(kw.x, e1), kx2(kw.y, e1), kx2(kw.z, e1), kx2(kw.w, e1));
+            *(uint4*)(Kd + i * KP + d) = make_uint4(kx2(kw.x, e2), kx2(kw.y, e2), kx2(kw.z, e2), kx2(kw.w, e2));
+            *(uint4*)(Qs + i * KP + d) =
+                make_uint4(sc2(qw.x, p.scale, e1), sc2(qw.y, p.scale, e1), sc2(qw.z, p.scale, e1), sc2(qw.w, p.scale, e1));
+        }
+    } else {
     for (int idx = tid; idx < CH * KD; idx += NTH) {
         const int i = idx / KD, d = idx % KD;
         const float gi = KDA ? G[i * KD + d] : G[i];
         const float gl = KDA ? G[63 * KD + d] : G[63];
         const float kv = from_mma(Ks[i * KP + d]);
-        Xs[i * KP + d] = to_mma(kv * fexp(gi));
-        Kd[i * KP + d] = to_mma(kv * fexp(gl - gi));
-        Qs[i * KP + d] = to_mma(p.scale * from_mma(Qs[i * KP + d]) * fexp(gi));
+        const float e1 = (PROBE & 16) ? gi : fexp(gi), e2 = (PROBE & 16) ? gl : fexp(gl - gi);
+        Xs[i * KP + d] = to_mma(kv * e1);
+        Kd[i * KP + d] = to_mma(kv * e2);
+        Qs[i * KP + d] = to_mma(p.scale * from_mma(Qs[i * KP + d]) * e1);
+    }
     }
     if (tid < KD) GLs[tid] = fexp(KDA ? G[63 * KD + tid] : G[63]);
     with_dt(p.qkv_dt, [&](auto D) {
@@ -661,8 +699,10 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         typedef Tiles<CH, KD, NTH / 32> TW;
         float acc[TW::PER][4];
         zero_acc(acc);
-        mma_tiles<CH, KD, CH, NTH / 32, false, true>(acc, Tbh, CP, Xs, KP, warp, lane);
-        mma_tiles<CH, KD, CH, NTH / 32, false, true>(acc, Tbl, CP, Xs, KP, warp, lane);
+        if constexpr (!(PROBE & 64)) {
+            mma_tiles<CH, KD, CH, NTH / 32, false, true>(acc, Tbh, CP, Xs, KP, warp, lane);
+            mma_tiles<CH, KD, CH, NTH / 32, false, true>(acc, Tbl, CP, Xs, KP, warp, lane);
+        }
 #pragma unroll
         for (int i = 0; i < TW::PER; ++i) {
             int r, c;
@@ -675,8 +715,10 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         typedef Tiles<CH, VD, NTH / 32> TU;
         float acc[TU::PER][4];
         zero_acc(acc);
-        mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbh, CP, Vb, VP, warp, lane);
-        mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbl, CP, Vb, VP, warp, lane);
+        if constexpr (!(PROBE & 64)) {
+            mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbh, CP, Vb, VP, warp, lane);
+            mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbl, CP, Vb, VP, warp, lane);
+        }
 #pragma unroll
         for (int i = 0; i < TU::PER; ++i) {
             int r, c;
@@ -775,8 +817,8 @@ __device__ __forceinline__ void state_chunk(const Params& p, float (&accS)[Tiles
     {
         float acc[TO::PER][4];
         zero_acc(acc);
-        mma_tiles<CH, VT, KD, NW, false, true>(acc, Wm, KP, Sb, VTP, warp, lane);
-        if constexpr (EARLY_O) mma_tiles<CH, VT, KD, NW, false, true>(accO, Qd, KP, Sb, VTP, warp, lane);
+        if constexpr (!(PROBE & 2)) mma_tiles<CH, VT, KD, NW, false, true>(acc, Wm, KP, Sb, VTP, warp, lane);
+        if constexpr (EARLY_O && !(PROBE & 2)) mma_tiles<CH, VT, KD, NW, false, true>(accO, Qd, KP, Sb, VTP, warp, lane);
 #pragma unroll
         for (int i = 0; i < TO::PER; ++i) {
             int r, c;
@@ -816,7 +858,7 @@ __device__ __forceinline__ void state_chunk(const Params& p, float (&accS)[Tiles
         accS[i][3] *= g1;
     }
     // S += k̃ᵀ V_new: A = k̃ᵀ read from k̃ [64][KP] with ldmatrix.trans, B = V_new likewise.
-    mma_tiles<KD, VT, CH, NW, true, true>(accS, Kd, KP, Vn, VTP, warp, lane);
+    if constexpr (!(PROBE & 4)) mma_tiles<KD, VT, CH, NW, true, true>(accS, Kd, KP, Vn, VTP, warp, lane);
 }
 
 __device__ __forceinline__ i64 seq_start(const Params& p, int n) { return ld_i(p.cu_seqlens, n, p.off_dt); }
@@ -881,7 +923,7 @@ __device__ void smallbh_intra(const Params& p) {
     char* dst = (char*)p.work + ((i64)row * p.HV + hv) * WLay::BLOCK;
     intra_chunk<KDA, true>(p, sm, t0, L, hv, dst);
     __syncthreads();
-    for (int u = tid; u < 64 * (KD / 8); u += NTH) {
+    for (int u = tid; u < ((PROBE & 128) ? 0 : 64 * (KD / 8)); u += NTH) {
         const int r = u / (KD / 8), q = u % (KD / 8);
         *(uint4*)(dst + WLay::W + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::WM + r * KP * 2 + q * 16);
         *(uint4*)(dst + WLay::Q + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::QD + r * KP * 2 + q * 16);
@@ -891,11 +933,20 @@ __device__ void smallbh_intra(const Params& p) {
         *(uint4*)(dst + WLay::GL + u * 16) = *(const uint4*)(sm + LY::GL + u * 16);
 }
 
+// Asks L2 to fetch `bytes` (a multiple of 16) at the 16-byte aligned global address `g` (sm_90 bulk
+// prefetch: one instruction, no registers or shared memory held while it is in flight).
+__device__ __forceinline__ void prefetch_l2(const void* g, u32 bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(g), "r"(bytes) : "memory");
+}
+// Chunks the state pass asks L2 for ahead of its cp.async double buffer (v6: the pass waited on
+// HBM latency every chunk with one chunk of lookahead; see bench/NOTES.md).
+constexpr int SPF = 4;
+
 // Loads chunk row `rr` of value head hv (V columns [v0, v0 + SVT)) into stage `st` with cp.async.
 __device__ __forceinline__ void smallbh_fetch(const Params& p, char* st, i64 rr, int hv, int v0) {
     const int tid = threadIdx.x;
     const char* src = (const char*)p.work + (rr * p.HV + hv) * WLay::BLOCK;
-    for (int u = tid; u < 64 * (KD / 8); u += SNW * 32) {
+    for (int u = tid; u < ((PROBE & 1) ? 0 : 64 * (KD / 8)); u += SNW * 32) {
         const int r = u / (KD / 8), q = u % (KD / 8);
         cp_async16(st + SLay::W + r * KP * 2 + q * 16, src + WLay::W + r * KD * 2 + q * 16);
         cp_async16(st + SLay::Q + r * KP * 2 + q * 16, src + WLay::Q + r * KD * 2 + q * 16);
@@ -936,6 +987,9 @@ __device__ void smallbh_state(const Params& p) {
     u16* Vn = (u16*)(sm + SLay::VNT);
     if (nch > 0) smallbh_fetch(p, sm, r0, hv, v0);
     cp_async_commit();
+    if (threadIdx.x == 0)
+        for (int c = 1; c <= SPF && c < nch; ++c)
+            prefetch_l2((const char*)p.work + ((i64)(r0 + c) * p.HV + hv) * WLay::BLOCK, WLay::BLOCK);
     for (int c = 0; c < nch; ++c) {
         u16* Sb = (u16*)(sm + SLay::SB) + (c & 1) * SLay::SBN;
         cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)
@@ -944,6 +998,8 @@ __device__ void smallbh_state(const Params& p) {
         // stage (c + 1) & 1 was last read in chunk c - 1, which every warp has finished
         if (c + 1 < nch) smallbh_fetch(p, sm + ((c + 1) & 1) * SLay::STAGE, r0 + c + 1, hv, v0);
         cp_async_commit();
+        if (threadIdx.x == 0 && c + 1 + SPF < nch)
+            prefetch_l2((const char*)p.work + ((i64)(r0 + c + 1 + SPF) * p.HV + hv) * WLay::BLOCK, WLay::BLOCK);
         const char* st = sm + (c & 1) * SLay::STAGE;
         const int t0 = (int)bos + c * CH;
         const int L = imin(CH, len - c * CH);

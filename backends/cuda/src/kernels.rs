@@ -175,6 +175,15 @@ pub fn compile_options(module: Module, arch: &str, defines: &Defines) -> Vec<Str
         "-lineinfo".to_string(),
     ];
     o.extend(defines.options(module));
+    // Diagnosis only: `DELTARULE_CUDA_PROBE=<bits>` compiles the prefill kernels with parts left
+    // out (kernels/prefill.cuh, `PROBE`) so a bench run can place their time; results are wrong.
+    if let Some(bits) = std::env::var("DELTARULE_CUDA_PROBE")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .filter(|b| *b != 0 && module.needs_dims())
+    {
+        o.push(format!("-DPROBE={bits}"));
+    }
     o
 }
 

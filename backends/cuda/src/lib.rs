@@ -320,11 +320,12 @@ impl CudaBackend {
                     &prm,
                 )?;
                 let vt = (p.v / 32) as u32;
+                let threads = if main.sizes[4] > 0 { main.sizes[4] as u32 } else { 256 };
                 launch_one(
                     &main,
                     &state,
                     (vt, hv, n),
-                    256,
+                    threads,
                     main.sizes[1] as u32,
                     stream,
                     &prm,
