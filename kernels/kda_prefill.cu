@@ -10,7 +10,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 1) kda_prefill_fused(const Par
 
 // small-bh stage 1. grid (table_rows, HV), 256 threads, shared Lay<true, true>::TOTAL. Chunk-parallel
 // intra products of chunk-table row blockIdx.x into the workspace (WLay); sentinel rows exit.
-extern "C" __global__ void __launch_bounds__(NTH, 1) kda_prefill_intra(const Params p) {
+extern "C" __global__ void __launch_bounds__(NTH, 2) kda_prefill_intra(const Params p) {
     smallbh_intra<true>(p);
 }
 
