@@ -11,9 +11,14 @@
 //     merged as T_rc = -T_rr Σ_{c<=m<r} A_rm T_mc), T' = T diag(β) split into bf16 hi + lo,
 //     W = T' (K ⊙ e^Γ), U = T' V (f32), q̃ = scale Q ⊙ e^Γ, k̃ = K ⊙ e^{Γ_last - Γ}, e^{Γ_last}.
 //     gdn: K Kᵀ and Q Kᵀ on tensor cores, then the scalar decay e^{Γ_i - Γ_j} selected for j <= i.
-//     kda: A and P in f32 on CUDA cores: diagonal 16x16 sub-blocks elementwise (exponent Γ_i - Γ_j,
-//     j <= i, never positive), off-diagonal sub-blocks through the reference point Γ_n at the first
-//     token of the row sub-chunk (k_i e^{Γ_i - Γ_n} · k_j e^{Γ_n - Γ_j}, both exponents <= 0).
+//     kda: off-diagonal 16x16 sub-blocks (row sub-chunk r > column sub-chunk c) on tensor cores
+//     through the reference point Γ_n at the first token of the row sub-chunk (n = 16 r):
+//     A_rc = (K_r ⊙ e^{Γ_r - Γ_n}) · (K_c ⊙ e^{Γ_n - Γ_c})ᵀ, both exponents <= 0; A with hi + lo
+//     operands (hi·hi + hi·lo + lo·hi, ~f32), P = (Q_r ⊙ e^{Γ_r - Γ_n}) · (hi + lo of the K side)
+//     (P is stored in the mma type anyway). Diagonal sub-blocks elementwise in f32 on CUDA cores
+//     (exponent Γ_i - Γ_j, j <= i, never positive). X, q̃, k̃ and e^Γlast are made at the end of
+//     step 2, so the f32 Γ [64][K] is dead before T is built (the small-bh intra fits two CTAs
+//     per SM: see Lay<true, DIRECT>).
 //   state_chunk: V_new = U - W·S, O = q̃·S + P·V_new, S <- e^{Γ_last} ⊙ S + k̃ᵀ·V_new, with the
 //     running state S in f32 registers (mma accumulator layout) and its bf16 copy in shared memory.
 //
@@ -226,6 +231,8 @@ struct Lay {
     static constexpr int TMP = TF + 64 * 65 * 4;            // merge     [3][16][17] f32
     static constexpr int DS = 16;                           // kda channel slice
     static constexpr int DSP = DS + 1;                      // padded slice row (bank-conflict free)
+    // (kda uses the specialisation Lay<true, DIRECT> below: the KDA-dependent members here are
+    // unused; kept so gdn's offsets do not move)
     static constexpr int SL = TMP + 3 * 16 * 17 * 4;        // kda: KT, QT [64][DSP], KH [96][DSP],
                                                             //      raw k, q, Γ slices [64][DSP]
     static constexpr int SL_END = SL + (KDA ? 416 * DSP * 4 : 0);
