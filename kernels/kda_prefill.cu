@@ -1,5 +1,5 @@
 // kda_prefill.cu: Kimi Delta Attention chunked prefill entry points (per-channel decay, with
-// the reference-point scheme of prefill.cuh). Layouts and grids are documented in prefill.cuh; every pointer and option is in Params.
+// the reference-point scheme of prefill.cuh: off-diagonal sub-blocks on tensor cores). Layouts and grids are documented in prefill.cuh; every pointer and option is in Params.
 
 // Fused chunked prefill. grid (HV, N), 256 threads, dynamic shared memory Lay<true>::TOTAL.
 // One CTA per (sequence, value head) walks its chunks; nothing per chunk goes to device memory
@@ -8,9 +8,10 @@ extern "C" __global__ void __launch_bounds__(NTH, 1) kda_prefill_fused(const Par
     chunked_fused<true>(p);
 }
 
-// small-bh stage 1. grid (table_rows, HV), 256 threads, shared Lay<true, true>::TOTAL. Chunk-parallel
+// small-bh stage 1. grid (table_rows, HV), 256 threads, shared Lay<true, true>::TOTAL (~104 KB at
+// K = V = 128: two CTAs per SM with the 128-register cap, no spills). Chunk-parallel
 // intra products of chunk-table row blockIdx.x into the workspace (WLay); sentinel rows exit.
-extern "C" __global__ void __launch_bounds__(NTH, 1) kda_prefill_intra(const Params p) {
+extern "C" __global__ void __launch_bounds__(NTH, 2) kda_prefill_intra(const Params p) {
     smallbh_intra<true>(p);
 }
 

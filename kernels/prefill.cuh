@@ -11,9 +11,14 @@
 //     merged as T_rc = -T_rr Σ_{c<=m<r} A_rm T_mc), T' = T diag(β) split into bf16 hi + lo,
 //     W = T' (K ⊙ e^Γ), U = T' V (f32), q̃ = scale Q ⊙ e^Γ, k̃ = K ⊙ e^{Γ_last - Γ}, e^{Γ_last}.
 //     gdn: K Kᵀ and Q Kᵀ on tensor cores, then the scalar decay e^{Γ_i - Γ_j} selected for j <= i.
-//     kda: A and P in f32 on CUDA cores: diagonal 16x16 sub-blocks elementwise (exponent Γ_i - Γ_j,
-//     j <= i, never positive), off-diagonal sub-blocks through the reference point Γ_n at the first
-//     token of the row sub-chunk (k_i e^{Γ_i - Γ_n} · k_j e^{Γ_n - Γ_j}, both exponents <= 0).
+//     kda: off-diagonal 16x16 sub-blocks (row sub-chunk r > column sub-chunk c) on tensor cores
+//     through the reference point Γ_n at the first token of the row sub-chunk (n = 16 r):
+//     A_rc = (K_r ⊙ e^{Γ_r - Γ_n}) · (K_c ⊙ e^{Γ_n - Γ_c})ᵀ, both exponents <= 0; A with hi + lo
+//     operands (hi·hi + hi·lo + lo·hi, ~f32), P = (Q_r ⊙ e^{Γ_r - Γ_n}) · (hi + lo of the K side)
+//     (P is stored in the mma type anyway). Diagonal sub-blocks elementwise in f32 on CUDA cores
+//     (exponent Γ_i - Γ_j, j <= i, never positive). X, q̃, k̃ and e^Γlast are made at the end of
+//     step 2, so the f32 Γ [64][K] is dead before T is built (the small-bh intra fits two CTAs
+//     per SM: see Lay<true, DIRECT>).
 //   state_chunk: V_new = U - W·S, O = q̃·S + P·V_new, S <- e^{Γ_last} ⊙ S + k̃ᵀ·V_new, with the
 //     running state S in f32 registers (mma accumulator layout) and its bf16 copy in shared memory.
 //
@@ -33,7 +38,7 @@
 
 // Diagnosis only (DELTARULE_CUDA_PROBE, 0 in production): bits leave parts out to place the time.
 // State pass: 1 the W/q̃/k̃ fetch, 2 the W·S and q̃·S products, 4 the S update product.
-// Intra: 8 the T solve, 16 step 4's exponentials (kda), 32 step 2 (A and P), 64 step 5's products,
+// Intra: 8 the T solve, 32 step 2 (A and P; gdn), 64 step 5's products,
 // 128 the small-bh copy of W, q̃, k̃ to the workspace.
 #ifndef PROBE
 #define PROBE 0
@@ -234,6 +239,8 @@ struct Lay {
     static constexpr int TMP = TF + 64 * 65 * 4;            // merge     [3][16][17] f32
     static constexpr int DS = 16;                           // kda channel slice
     static constexpr int DSP = DS + 1;                      // padded slice row (bank-conflict free)
+    // (kda uses the specialisation Lay<true, DIRECT> below: the KDA-dependent members here are
+    // unused; kept so gdn's offsets do not move)
     static constexpr int SL = TMP + 3 * 16 * 17 * 4;        // kda: KT, QT [64][DSP], KH [96][DSP],
                                                             //      raw k, q, Γ slices [64][DSP]
     static constexpr int SL_END = SL + (KDA ? 416 * DSP * 4 : 0);
@@ -244,6 +251,56 @@ struct Lay {
     static constexpr int VNT = SB + KD * VP * 2;            //                   V_new  [64][VP]
     static constexpr int TOTAL = imax(TB + 2 * 64 * CP * 2, VNT + 64 * VP * 2);
     static_assert(TOTAL <= 232448, "shared memory of the intra stage");
+};
+
+// kda arena. The head (W, q̃, k̃, P, U, e^Γlast) is laid out as in the primary template; the scratch
+// is reused by lifetime (steps of intra_chunk):
+//   BETA (1-5) | G: Γ [64][KD] f32 (1-2), then T [64][65] f32 and the merge scratch (3) |
+//   SLF: f32 k, q, Γ·log2(e) slices [3][64][DSP] (2), then A [64][65] f32 (2-3), then T' hi, lo
+//   [2][64][CP] (3-5).
+// SLT: the tensor-core operands of one 16-channel slice (step 2), [336][TSP] mma type:
+//   KTh, KTl (hi + lo of K_i e^{Γ_i - Γ_n}, rows i = 16..63), QT (Q_i e^{Γ_i - Γ_n}), KHh, KHl
+//   (hi + lo of K_j e^{Γ_n - Γ_j} for each reference n = 16, 32, 48 and j < n: 16 + 32 + 48 rows).
+// DIRECT (small-bh intra, ~104 KB at K = V = 128, two CTAs per SM): q̃ and k̃ go straight to the
+// workspace, so X = K e^Γ takes the Qs slot (written in place), and the k̃ slot holds SLT in step 2
+// and V in steps 4-5 (when they fit; otherwise they get their own slot after the scratch).
+// Fused (!DIRECT): q̃ in place over Qs, k̃ in its slot, X, V and SLT in their own slots.
+template <bool DIRECT>
+struct Lay<true, DIRECT> {
+    static constexpr int UST = VD + 8;
+    static constexpr int WM = 0;                                // Ks -> W   [64][KP] u16
+    static constexpr int QD = WM + 64 * KP * 2;                 // Qs -> q̃ (fused) / X (DIRECT)
+    static constexpr int KDT = QD + 64 * KP * 2;                // k̃ (fused) / SLT, V (DIRECT)
+    static constexpr int PM = KDT + 64 * KP * 2;                // P         [64][CP] u16
+    static constexpr int UF = PM + (DIRECT ? 0 : 64 * CP * 2);  // U         [64][UST] f32
+    static constexpr int GL = UF + (DIRECT ? 0 : 64 * UST * 4); // e^Γlast   [KD] f32
+    static constexpr int SCR = align16(GL + KD * 4);
+    static constexpr int DS = 16;                               // channel slice (one mma k step)
+    static constexpr int DSP = DS + 1;                          // f32 slice row (conflict-free)
+    static constexpr int TSP = DS + 8;                          // SLT row (ldmatrix conflict-free)
+    static constexpr int SLT_ROWS = 48 * 3 + 96 * 2;
+    static constexpr int SLT_BYTES = SLT_ROWS * TSP * 2;
+    static constexpr int BETA = SCR;                            // β [64] f32
+    static constexpr int G = BETA + 256;                        // Γ [64][KD] f32
+    static constexpr int TF = G;                                // T [64][65] f32
+    static constexpr int TMP = TF + 64 * 65 * 4;                // merge [3][16][17] f32
+    static constexpr int SLF = G + imax(64 * KD * 4, 64 * 65 * 4 + 3 * 16 * 17 * 4);
+    static constexpr int AF = SLF;                              // A [64][65] f32
+    static constexpr int TB = SLF;                              // T' hi, lo [64][CP] u16
+    static constexpr int AFTER = SLF + imax(imax(3 * 64 * DSP * 4, 64 * 65 * 4), 2 * 64 * CP * 2);
+    static constexpr bool SLT_IN_KDT = DIRECT && SLT_BYTES <= 64 * KP * 2;
+    static constexpr bool V_IN_KDT = DIRECT && VD <= KD;
+    static constexpr int XT = DIRECT ? QD : AFTER;              // X = K ⊙ e^Γ [64][KP] u16
+    static constexpr int VBT = V_IN_KDT ? KDT : AFTER + (DIRECT ? 0 : 64 * KP * 2); // V [64][VP]
+    static constexpr int SLT = SLT_IN_KDT ? KDT : AFTER;        // (step 2 only)
+    static constexpr int END = imax(imax(AFTER + (DIRECT ? 0 : 64 * KP * 2),
+                                         V_IN_KDT ? 0 : VBT + 64 * VP * 2),
+                                    SLT_IN_KDT ? 0 : SLT + SLT_BYTES);
+    static constexpr int SB = SCR;                              // fused state pass: S bf16 [KD][VP]
+    static constexpr int VNT = SB + KD * VP * 2;                //                   V_new  [64][VP]
+    static constexpr int TOTAL = DIRECT ? END : imax(END, VNT + 64 * VP * 2);
+    static_assert(TOTAL <= 232448, "shared memory of the kda intra stage");
+    static_assert(TMP + 3 * 16 * 17 * 4 <= SLF, "T and the merge scratch fit over Γ");
 };
 
 // Shared memory of the small-bh state pass: two stages of what one chunk needs (W, q̃, k̃ [64][KP],
@@ -410,7 +467,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     }
 
     // 2. A (f32, strictly lower, β_i folded) and P (lower incl. diagonal, scale folded).
-    if (!KDA) {
+    if constexpr (!KDA) {
         typedef Tiles<CH, CH, NTH / 32> TT;
         float akk[TT::PER][4], aqk[TT::PER][4];
         zero_acc(akk);
@@ -436,150 +493,241 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             *(u32*)(Pm + (r0 + 8) * pst + c0) = pack_mma(pv[2], pv[3]);
         }
     } else {
-        constexpr int DS = LY::DS, SP = LY::DSP;
-        float* KTs = (float*)(sm + LY::SL);
-        float* QTs = KTs + 64 * SP;
-        float* KHs = QTs + 64 * SP;
-        float* KRs = KHs + 96 * SP;
+        // kda. Off-diagonal 16x16 blocks (row sub-chunk r > column sub-chunk c) on tensor cores
+        // through the reference point n = 16 r (first row of the row sub-chunk):
+        //   A_rc = (K_r ⊙ e^{Γ_r - Γ_n}) · (K_c ⊙ e^{Γ_n - Γ_c})ᵀ, P_rc likewise with Q_r,
+        // both exponents <= 0 (log decays <= 0, c < r). A uses hi + lo operands (hi·hi + hi·lo +
+        // lo·hi: ~2^-16 relative, like f32); P uses Q in one rounding and K in hi + lo (P itself is
+        // stored in the mma type). Diagonal 16x16 blocks stay elementwise in f32 (exponent
+        // Γ_i - Γ_j, j <= i). The channels are walked in 16-channel slices (one mma k step): all
+        // threads build the slice's operands, then warps 0 and 4 take the 16 diagonal 4x4 tiles
+        // (10 exponentials per channel), warps 1-3 the 24 other 4x4 tiles inside the diagonal
+        // blocks (16 each), four lanes per tile (channels p, p + 4, ...; lanes 4t..4t+3, reduced
+        // by shuffles), and warps 5-7 two off-diagonal blocks each (both n halves, A and P). (Warp
+        // w issues on SM sub-partition w % 4: the exponentials per slice are 80 on sub-partition
+        // 0 and 64 on 1-3; warps 0-1 / 2-4 would put 104 on one.)
+        constexpr int DS = LY::DS, SP = LY::DSP, TS = LY::TSP;
+        constexpr float LOG2E = 1.4426950408889634f;
+        float* KRs = (float*)(sm + LY::SLF);
         float* QRs = KRs + 64 * SP;
         float* GSs = QRs + 64 * SP;
-        // Work split (4x4 tiles of the 64x64 lower triangle): threads 0..79 take the 40 tiles
-        // inside the diagonal 16x16 sub-blocks (elementwise exponents), two threads per tile,
-        // each half of every channel slice; threads 80..175 the 96 tiles below them (reference
-        // points, no exponent); threads 176..255 zero the 120 upper tiles of P and A.
-        int ib = 0, jb = 0, part = 0;
-        const bool dtile = tid < 80;
-        const bool active = tid < 176;
+        u16* KTh = (u16*)(sm + LY::SLT);
+        u16* KTl = KTh + 48 * TS;
+        u16* QTs = KTl + 48 * TS;
+        u16* KHh = QTs + 48 * TS;
+        u16* KHl = KHh + 96 * TS;
+        // (r, c) of block q of the lower triangle of a 4x4 block grid, q = 0..5:
+        // (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
+        const bool dtile = warp == 0 || warp == 4, otile = warp >= 1 && warp < 4, tc = warp >= 5;
+        const int part = lane & 3;
+        int ib, jb;
         if (dtile) {
-            const int d = tid >> 1, sc = d / 10;
-            int k = d % 10, a = 0;
-            while (k >= a + 1) {
-                k -= a + 1;
-                ++a;
-            }
-            ib = 4 * sc + a;
-            jb = 4 * sc + k;
-            part = tid & 1;
-        } else if (active) {
-            const int o = tid - 80, pi = o >> 4;
-            const int rsub = pi == 0 ? 1 : (pi < 3 ? 2 : 3);
-            const int csub = pi == 0 ? 0 : (pi < 3 ? pi - 1 : pi - 3);
-            ib = 4 * rsub + ((o & 15) >> 2);
-            jb = 4 * csub + (o & 3);
+            ib = jb = (warp == 0 ? 0 : 8) + (lane >> 2);
         } else {
-            for (int u = tid - 176; u < 120; u += 80) {
-                int uu = u, ju = 1;
-                while (uu >= ju) {
-                    uu -= ju;
-                    ++ju;
-                }
-                for (int x = 0; x < 4; ++x)
-                    for (int y = 0; y < 4; ++y) {
-                        Pm[(4 * uu + x) * pst + 4 * ju + y] = 0;
-                        Af[(4 * uu + x) * 65 + 4 * ju + y] = 0.0f;
-                    }
-            }
+            const int o = (tid - 32) >> 2, b = o / 6, q = o % 6;
+            const int ra = q < 1 ? 1 : (q < 3 ? 2 : 3);
+            ib = 4 * b + ra;
+            jb = 4 * b + q - ra * (ra - 1) / 2;
         }
-        const int rs = ib >> 2;
-        const bool diag = dtile;
-        const int khb = rs == 1 ? 0 : (rs == 2 ? 16 : 48);
+        // accumulators: a 4x4 tile (rows x, columns y) of A and P for the CUDA-core warps; for
+        // the tensor-core warps a[2 blk + nt] and pq[2 blk + nt] are mma accumulators of n tile nt
+        // of the warp's block blk
         float a[4][4], pq[4][4];
 #pragma unroll
         for (int x = 0; x < 4; ++x)
 #pragma unroll
             for (int y = 0; y < 4; ++y) a[x][y] = pq[x][y] = 0.0f;
+        const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
+#pragma unroll 1
         for (int s = 0; s < KD / DS; ++s) {
-            for (int idx = tid; idx < 416 * DS; idx += NTH) {
-                const int row = idx / DS, dd = idx % DS, d = s * DS + dd;
-                if (row < 64) {
-                    const int ref = row & ~15;
-                    KTs[row * SP + dd] = from_mma(Ks[row * KP + d]) * fexp(G[row * KD + d] - G[ref * KD + d]);
-                } else if (row < 128) {
-                    const int i = row - 64, ref = i & ~15;
-                    QTs[i * SP + dd] = from_mma(Qs[i * KP + d]) * fexp(G[i * KD + d] - G[ref * KD + d]);
-                } else if (row < 224) {
-                    const int jj = row - 128;
-                    const int ref = jj < 16 ? 16 : (jj < 48 ? 32 : 48);
-                    const int j = jj < 16 ? jj : (jj < 48 ? jj - 16 : jj - 48);
-                    KHs[jj * SP + dd] = from_mma(Ks[j * KP + d]) * fexp(G[ref * KD + d] - G[j * KD + d]);
-                } else if (row < 288) {
-                    KRs[(row - 224) * SP + dd] = from_mma(Ks[(row - 224) * KP + d]);
-                } else if (row < 352) {
-                    QRs[(row - 288) * SP + dd] = from_mma(Qs[(row - 288) * KP + d]);
-                } else {
-                    GSs[(row - 352) * SP + dd] = G[(row - 352) * KD + d];
+            // slice build: item = (row i, channel pair); a warp's 32 items share one sub-chunk
+            for (int it = tid; it < 64 * (DS / 2); it += NTH) {
+                const int i = it / (DS / 2), pr = it % (DS / 2), d = s * DS + 2 * pr;
+                const u32 kk = *(const u32*)(Ks + i * KP + d);
+                const u32 qq = *(const u32*)(Qs + i * KP + d);
+                const float k0 = from_mma((u16)(kk & 0xffffu)), k1 = from_mma((u16)(kk >> 16));
+                const float q0 = from_mma((u16)(qq & 0xffffu)), q1 = from_mma((u16)(qq >> 16));
+                const float2 g = *(const float2*)(G + i * KD + d);
+                KRs[i * SP + 2 * pr] = k0;
+                KRs[i * SP + 2 * pr + 1] = k1;
+                QRs[i * SP + 2 * pr] = q0;
+                QRs[i * SP + 2 * pr + 1] = q1;
+                GSs[i * SP + 2 * pr] = g.x * LOG2E;
+                GSs[i * SP + 2 * pr + 1] = g.y * LOG2E;
+                const int sub = i >> 4;
+                if (sub > 0) {
+                    const float2 gn = *(const float2*)(G + (16 * sub) * KD + d);
+                    const float e0 = fexp(g.x - gn.x), e1 = fexp(g.y - gn.y);
+                    const float x0 = k0 * e0, x1 = k1 * e1;
+                    const u32 hi = pack_mma(x0, x1);
+                    const int o = (i - 16) * TS + 2 * pr;
+                    *(u32*)(KTh + o) = hi;
+                    *(u32*)(KTl + o) = pack_mma(x0 - from_mma((u16)(hi & 0xffffu)),
+                                                x1 - from_mma((u16)(hi >> 16)));
+                    *(u32*)(QTs + o) = pack_mma(q0 * e0, q1 * e1);
+                }
+                for (int r = sub + 1; r < 4; ++r) {
+                    const float2 gn = *(const float2*)(G + (16 * r) * KD + d);
+                    const float x0 = k0 * fexp(gn.x - g.x), x1 = k1 * fexp(gn.y - g.y);
+                    const u32 hi = pack_mma(x0, x1);
+                    const int o = (8 * r * (r - 1) + i) * TS + 2 * pr;
+                    *(u32*)(KHh + o) = hi;
+                    *(u32*)(KHl + o) = pack_mma(x0 - from_mma((u16)(hi & 0xffffu)),
+                                                x1 - from_mma((u16)(hi >> 16)));
                 }
             }
             __syncthreads();
-            if (active) {
-                if (diag) {
-#pragma unroll 4
-                    for (int dd = part * (DS / 2); dd < (part + 1) * (DS / 2); ++dd) {
-                        float ki[4], qi[4], gi[4], kj[4], gj[4];
+            if (dtile) {
 #pragma unroll
-                        for (int x = 0; x < 4; ++x) {
-                            ki[x] = KRs[(4 * ib + x) * SP + dd];
-                            qi[x] = QRs[(4 * ib + x) * SP + dd];
-                            gi[x] = GSs[(4 * ib + x) * SP + dd];
-                            kj[x] = KRs[(4 * jb + x) * SP + dd];
-                            gj[x] = GSs[(4 * jb + x) * SP + dd];
-                        }
+                for (int k = 0; k < DS / 4; ++k) {
+                    const int dd = part + 4 * k;
+                    float kv[4], qv[4], gv[4];
 #pragma unroll
-                        for (int x = 0; x < 4; ++x)
-#pragma unroll
-                            for (int y = 0; y < 4; ++y) {
-                                const float e =
-                                    (4 * jb + y <= 4 * ib + x) ? fexp(gi[x] - gj[y]) : 0.0f;
-                                a[x][y] += ki[x] * kj[y] * e;
-                                pq[x][y] += qi[x] * kj[y] * e;
-                            }
+                    for (int x = 0; x < 4; ++x) {
+                        kv[x] = KRs[(4 * ib + x) * SP + dd];
+                        qv[x] = QRs[(4 * ib + x) * SP + dd];
+                        gv[x] = GSs[(4 * ib + x) * SP + dd];
                     }
-                } else {
-#pragma unroll 4
-                    for (int dd = 0; dd < DS; ++dd) {
-                        float kt[4], qt[4], kh[4];
 #pragma unroll
-                        for (int x = 0; x < 4; ++x) {
-                            kt[x] = KTs[(4 * ib + x) * SP + dd];
-                            qt[x] = QTs[(4 * ib + x) * SP + dd];
-                            kh[x] = KHs[(khb + 4 * jb + x) * SP + dd];
+                    for (int x = 0; x < 4; ++x)
+#pragma unroll
+                        for (int y = 0; y <= x; ++y) {
+                            const float kje = kv[y] * fexp2(gv[x] - gv[y]);
+                            a[x][y] += kv[x] * kje;
+                            pq[x][y] += qv[x] * kje;
                         }
+                }
+            } else if (otile) {
 #pragma unroll
-                        for (int x = 0; x < 4; ++x)
+                for (int k = 0; k < DS / 4; ++k) {
+                    const int dd = part + 4 * k;
+                    float ki[4], qi[4], gi[4], kj[4], gj[4];
 #pragma unroll
-                            for (int y = 0; y < 4; ++y) {
-                                a[x][y] += kt[x] * kh[y];
-                                pq[x][y] += qt[x] * kh[y];
-                            }
+                    for (int x = 0; x < 4; ++x) {
+                        ki[x] = KRs[(4 * ib + x) * SP + dd];
+                        qi[x] = QRs[(4 * ib + x) * SP + dd];
+                        gi[x] = GSs[(4 * ib + x) * SP + dd];
+                        kj[x] = KRs[(4 * jb + x) * SP + dd];
+                        gj[x] = GSs[(4 * jb + x) * SP + dd];
                     }
+#pragma unroll
+                    for (int x = 0; x < 4; ++x)
+#pragma unroll
+                        for (int y = 0; y < 4; ++y) {
+                            const float kje = kj[y] * fexp2(gi[x] - gj[y]);
+                            a[x][y] += ki[x] * kje;
+                            pq[x][y] += qi[x] * kje;
+                        }
+                }
+            } else {
+                const u32 th = smem_addr(KTh), tl = smem_addr(KTl), tq = smem_addr(QTs);
+                const u32 hh = smem_addr(KHh), hl = smem_addr(KHl);
+#pragma unroll
+                for (int blk = 0; blk < 2; ++blk) {
+                    const int q = 2 * (warp - 5) + blk;
+                    const int r = q < 1 ? 1 : (q < 3 ? 2 : 3), c = q - r * (r - 1) / 2;
+                    const u32 ao = (u32)(((16 * (r - 1) + l7 + 8 * l8) * TS + 8 * l16) * 2);
+                    const u32 bo = (u32)(((8 * r * (r - 1) + 16 * c + l7 + 8 * l16) * TS + 8 * l8) * 2);
+                    u32 x0, x1, x2, x3, y0, y1, y2, y3, z0, z1, z2, z3;
+                    ldsm_x4(th + ao, x0, x1, x2, x3);
+                    ldsm_x4(tl + ao, y0, y1, y2, y3);
+                    ldsm_x4(tq + ao, z0, z1, z2, z3);
+                    u32 h0, h1, h2, h3, w0, w1, w2, w3;
+                    ldsm_x4(hh + bo, h0, h1, h2, h3);
+                    ldsm_x4(hl + bo, w0, w1, w2, w3);
+                    mma16816(a[2 * blk], x0, x1, x2, x3, h0, h1);
+                    mma16816(a[2 * blk + 1], x0, x1, x2, x3, h2, h3);
+                    mma16816(pq[2 * blk], z0, z1, z2, z3, h0, h1);
+                    mma16816(pq[2 * blk + 1], z0, z1, z2, z3, h2, h3);
+                    mma16816(a[2 * blk], x0, x1, x2, x3, w0, w1);
+                    mma16816(a[2 * blk + 1], x0, x1, x2, x3, w2, w3);
+                    mma16816(pq[2 * blk], z0, z1, z2, z3, w0, w1);
+                    mma16816(pq[2 * blk + 1], z0, z1, z2, z3, w2, w3);
+                    mma16816(a[2 * blk], y0, y1, y2, y3, h0, h1);
+                    mma16816(a[2 * blk + 1], y0, y1, y2, y3, h2, h3);
                 }
             }
             __syncthreads();
         }
-        if (tid < 96) {
-            // the two halves of a diagonal tile are adjacent lanes
+        // (SLF is dead now: A goes over it.)
+        if (!tc) {
+            // sum the four channel parts (lanes 4t..4t+3); lane `part` then writes row x = part
 #pragma unroll
             for (int x = 0; x < 4; ++x)
 #pragma unroll
                 for (int y = 0; y < 4; ++y) {
-                    const float oa = __shfl_xor_sync(0xffffffffu, a[x][y], 1);
-                    const float op = __shfl_xor_sync(0xffffffffu, pq[x][y], 1);
-                    if (dtile) {
-                        a[x][y] += oa;
-                        pq[x][y] += op;
+                    a[x][y] += __shfl_xor_sync(0xffffffffu, a[x][y], 1);
+                    pq[x][y] += __shfl_xor_sync(0xffffffffu, pq[x][y], 1);
+                    a[x][y] += __shfl_xor_sync(0xffffffffu, a[x][y], 2);
+                    pq[x][y] += __shfl_xor_sync(0xffffffffu, pq[x][y], 2);
+                }
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                if (x == part) {
+                    const int r = 4 * ib + x, c = 4 * jb;
+                    const float br = Bs[r];
+                    float pv[4];
+#pragma unroll
+                    for (int y = 0; y < 4; ++y) {
+                        Af[r * 65 + c + y] = c + y < r ? br * a[x][y] : 0.0f;
+                        pv[y] = c + y <= r ? p.scale * pq[x][y] : 0.0f;
                     }
+                    *(u32*)(Pm + r * pst + c) = pack_mma(pv[0], pv[1]);
+                    *(u32*)(Pm + r * pst + c + 2) = pack_mma(pv[2], pv[3]);
                 }
-        }
-        if (active && part == 0) {
+            }
+        } else {
+            const int g = lane >> 2, t2 = (lane & 3) * 2;
 #pragma unroll
-            for (int x = 0; x < 4; ++x)
+            for (int blk = 0; blk < 2; ++blk) {
+                const int q = 2 * (warp - 5) + blk;
+                const int r = q < 1 ? 1 : (q < 3 ? 2 : 3), c = q - r * (r - 1) / 2;
 #pragma unroll
-                for (int y = 0; y < 4; ++y) {
-                    const int r = 4 * ib + x, c = 4 * jb + y;
-                    Af[r * 65 + c] = c < r ? Bs[r] * a[x][y] : 0.0f;
-                    Pm[r * pst + c] = to_mma(c <= r ? p.scale * pq[x][y] : 0.0f);
+                for (int nt = 0; nt < 2; ++nt) {
+                    const int i0 = 16 * r + g, j = 16 * c + 8 * nt + t2;
+                    const float b0 = Bs[i0], b1 = Bs[i0 + 8];
+                    const float(&av)[4] = a[2 * blk + nt];
+                    const float(&pvv)[4] = pq[2 * blk + nt];
+                    Af[i0 * 65 + j] = b0 * av[0];
+                    Af[i0 * 65 + j + 1] = b0 * av[1];
+                    Af[(i0 + 8) * 65 + j] = b1 * av[2];
+                    Af[(i0 + 8) * 65 + j + 1] = b1 * av[3];
+                    *(u32*)(Pm + i0 * pst + j) = pack_mma(p.scale * pvv[0], p.scale * pvv[1]);
+                    *(u32*)(Pm + (i0 + 8) * pst + j) = pack_mma(p.scale * pvv[2], p.scale * pvv[3]);
                 }
+            }
+            // zeros: the 4x4 tiles above the diagonal (pairs never straddle a tile)
+            for (int u = tid - 160; u < 64 * 32; u += NTH - 160) {
+                const int i = u >> 5, j = 2 * (u & 31);
+                if ((j >> 2) > (i >> 2)) {
+                    *(u32*)(Pm + i * pst + j) = 0u;
+                    Af[i * 65 + j] = 0.0f;
+                    Af[i * 65 + j + 1] = 0.0f;
+                }
+            }
         }
+        // X = K ⊙ e^Γ, q̃ = scale Q ⊙ e^Γ, k̃ = K ⊙ e^{Γlast - Γ} and e^Γlast while Γ is still
+        // here (T goes over it in step 3). Every element is read and written by one thread, so X
+        // (DIRECT: over Qs) and q̃ (fused: in place) need no barrier; DIRECT writes q̃ and k̃
+        // straight to the workspace.
+        u16* Xo = (u16*)(sm + LY::XT);
+        u16* Qo = DIRECT ? (u16*)(wdst + WLay::Q) : Qs;
+        u16* Ko = DIRECT ? (u16*)(wdst + WLay::KT) : Kd;
+        constexpr int QST = DIRECT ? KD : KP;
+        for (int u = tid; u < CH * KD / 2; u += NTH) {
+            const int i = u / (KD / 2), d = 2 * (u % (KD / 2));
+            const u32 kk = *(const u32*)(Ks + i * KP + d);
+            const u32 qq = *(const u32*)(Qs + i * KP + d);
+            const float2 g = *(const float2*)(G + i * KD + d);
+            const float2 gl = *(const float2*)(G + 63 * KD + d);
+            const float k0 = from_mma((u16)(kk & 0xffffu)), k1 = from_mma((u16)(kk >> 16));
+            const float q0 = from_mma((u16)(qq & 0xffffu)), q1 = from_mma((u16)(qq >> 16));
+            const float e0 = fexp(g.x), e1 = fexp(g.y);
+            *(u32*)(Xo + i * KP + d) = pack_mma(k0 * e0, k1 * e1);
+            *(u32*)(Qo + i * QST + d) = pack_mma(p.scale * q0 * e0, p.scale * q1 * e1);
+            *(u32*)(Ko + i * QST + d) = pack_mma(k0 * fexp(gl.x - g.x), k1 * fexp(gl.y - g.y));
+        }
+        if (tid < KD) GLs[tid] = fexp(G[63 * KD + tid]);
     }
     __syncthreads();
 
@@ -640,7 +788,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
 
     // 4. X = K ⊙ e^Γ, V, q̃ = scale Q ⊙ e^Γ (in place), k̃ = K ⊙ e^{Γlast - Γ}, e^Γlast; all
     //    token-major [64][*] like Ks (consecutive threads walk a row: no bank conflicts; the
-    //    products read X, V and k̃ with ldmatrix.trans).
+    //    products read X, V and k̃ with ldmatrix.trans). (kda: all but V at the end of step 2.)
     if constexpr (!KDA) {
         // gdn: the decays are per row, so 8 channels a thread from one 16-byte load each, with the
         // row factors computed once (same products, in the same order, as the per-element form).
@@ -661,19 +809,8 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             *(uint4*)(Qs + i * KP + d) =
                 make_uint4(sc2(qw.x, p.scale, e1), sc2(qw.y, p.scale, e1), sc2(qw.z, p.scale, e1), sc2(qw.w, p.scale, e1));
         }
-    } else {
-    for (int idx = tid; idx < CH * KD; idx += NTH) {
-        const int i = idx / KD, d = idx % KD;
-        const float gi = KDA ? G[i * KD + d] : G[i];
-        const float gl = KDA ? G[63 * KD + d] : G[63];
-        const float kv = from_mma(Ks[i * KP + d]);
-        const float e1 = (PROBE & 16) ? gi : fexp(gi), e2 = (PROBE & 16) ? gl : fexp(gl - gi);
-        Xs[i * KP + d] = to_mma(kv * e1);
-        Kd[i * KP + d] = to_mma(kv * e2);
-        Qs[i * KP + d] = to_mma(p.scale * from_mma(Qs[i * KP + d]) * e1);
+        if (tid < KD) GLs[tid] = fexp(G[63]);
     }
-    }
-    if (tid < KD) GLs[tid] = fexp(KDA ? G[63 * KD + tid] : G[63]);
     with_dt(p.qkv_dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
         constexpr int M = CH * VD / NTH / 2;
@@ -926,8 +1063,10 @@ __device__ void smallbh_intra(const Params& p) {
     for (int u = tid; u < ((PROBE & 128) ? 0 : 64 * (KD / 8)); u += NTH) {
         const int r = u / (KD / 8), q = u % (KD / 8);
         *(uint4*)(dst + WLay::W + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::WM + r * KP * 2 + q * 16);
-        *(uint4*)(dst + WLay::Q + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::QD + r * KP * 2 + q * 16);
-        *(uint4*)(dst + WLay::KT + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::KDT + r * KP * 2 + q * 16);
+        if (!KDA) {  // (kda wrote q̃ and k̃ to the workspace in step 2)
+            *(uint4*)(dst + WLay::Q + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::QD + r * KP * 2 + q * 16);
+            *(uint4*)(dst + WLay::KT + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::KDT + r * KP * 2 + q * 16);
+        }
     }
     for (int u = tid; u < KD / 4; u += NTH)
         *(uint4*)(dst + WLay::GL + u * 16) = *(const uint4*)(sm + LY::GL + u * 16);
