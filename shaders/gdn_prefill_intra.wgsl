@@ -19,29 +19,38 @@
 // tiles are stored channel-major so each step is three vec4 loads for 32 multiply-adds; no
 // private arrays (every register tile is a named vec4).
 //
+// v3: step 4 streams 64 x 64 source tiles (2 k, 2 v, 2 q at K = V = 128) staged as vec4s in s_at,
+// scaled by per-row factors (s_fk, s_fd, s_fq: one exp per row instead of per element), and
+// multiplied by the packed triangular T in s_x with a 4 x 4 block per invocation (intra.wgsl).
+//
 // SAFETY (unchecked module): every storage index below is < the buffer length the host sized:
 // token t = t0 + i with i < L and t0 + L <= T (chunk table built from validated cu_seqlens); loads
 // outside the chunk or the head dims read row t0 (L >= 1), channel 0 instead and are zeroed;
 // head h = hv / group < H, hv < HV; channels d < K, e < V; workspace slots (c * hvb + z) with
 // c < chunks, z < hvb. Workgroup arrays: s_x scalars < 2176 (dot tiles 2 x 16 x 68, solve
-// blocks < 768, source tiles 64 x 33), its vec4s < 544; s_at < 4160 scalars; rows i, j < 64.
+// blocks < 768), its vec4s < 544 (packed Tᵀ); s_at < 4160 scalars (source tiles < 1024 vec4s,
+// intra.wgsl); rows i, j, m < 64 index the 64-entry row arrays.
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
 // Diagnosis only (DELTARULE_WGPU_PROBE, 0 in production): skips parts to locate the time.
-// 1: W/U stores (the products still run), 2: P stores, 4: the T solve, 8: step 4, 16: step 2 sums.
+// 2: P stores, 4: the T solve, 8: step 4, 16: step 2 sums (1: unused since v3).
 override PROBE: u32 = 0u;
 
 // bindings 0-6 (prm, aux, q, k, v, g, beta), the dtype overrides and the input loaders come from
 // inputs.wgsl; bindings 7-8 (wsa, wsu), s_at, the T solve and the W/U writer from intra.wgsl.
 
 const XT: u32 = 68u;       // row stride of the channel-major dot-product tiles [16][64 + 4]
-const XS: u32 = 33u;       // row stride of the 32-wide W/U/Q source tiles
 
 var<workgroup> s_gam: array<f32, 64>;
 var<workgroup> s_beta: array<f32, 64>;
 var<workgroup> s_rq: array<f32, 64>;
 var<workgroup> s_rk: array<f32, 64>;
+// Row factors of the W/U/qdec stream (zero for rows >= L): β r_k e^Γ (W), r_k e^(Γ_last − Γ)
+// (kdec), scale r_q e^Γ (qdec).
+var<workgroup> s_fk: array<f32, 64>;
+var<workgroup> s_fd: array<f32, 64>;
+var<workgroup> s_fq: array<f32, 64>;
 // Tiles: Kᵀ and Qᵀ channel rows (2 x 16 x 68) for the dot products, the solve's block products,
 // or a 64 x 33 source tile for W/U/qdec.
 var<workgroup> s_x: array<vec4<f32>, 544>;
@@ -70,18 +79,25 @@ fn v_at(i: u32, e: u32, t0: u32, l: u32, hv: u32) -> f32 {
     return select(0.0, x, ok);
 }
 
-// Raw source element (row m, column cc) of tile `tile` of the W/U/qdec stream: k for the first
-// ntk tiles, v for the next ntv, q for the last ntk (32 columns a tile).
-fn src_at(tile: u32, m: u32, cc: u32, t0: u32, l: u32, h: u32, hv: u32) -> f32 {
-    let ntk = (HEAD_K + 31u) / 32u;
-    let ntv = (k4(HEAD_V) + 31u) / 32u;
+// Raw source elements (row m, columns 4 q .. 4 q + 3) of tile `tile` of the W/U/qdec stream: k for
+// the first ntk tiles, v for the next ntv, q for the last ntk (64 columns a tile). Unconditional
+// loads at clamped indices, zeroed by selection (rows >= L, columns beyond K or V).
+fn src4(tile: u32, m: u32, q: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f32> {
+    let ntk = (HEAD_K + 63u) / 64u;
+    let ntv = (k4(HEAD_V) + 63u) / 64u;
     if (tile < ntk) {
-        return qk_at(1u, m, tile * 32u + cc, t0, l, h);
+        let d = tile * 64u + 4u * q;
+        return vec4<f32>(qk_at(1u, m, d, t0, l, h), qk_at(1u, m, d + 1u, t0, l, h),
+            qk_at(1u, m, d + 2u, t0, l, h), qk_at(1u, m, d + 3u, t0, l, h));
     }
     if (tile < ntk + ntv) {
-        return v_at(m, (tile - ntk) * 32u + cc, t0, l, hv);
+        let e = (tile - ntk) * 64u + 4u * q;
+        return vec4<f32>(v_at(m, e, t0, l, hv), v_at(m, e + 1u, t0, l, hv),
+            v_at(m, e + 2u, t0, l, hv), v_at(m, e + 3u, t0, l, hv));
     }
-    return qk_at(0u, m, (tile - ntk - ntv) * 32u + cc, t0, l, h);
+    let d = (tile - ntk - ntv) * 64u + 4u * q;
+    return vec4<f32>(qk_at(0u, m, d, t0, l, h), qk_at(0u, m, d + 1u, t0, l, h),
+        qk_at(0u, m, d + 2u, t0, l, h), qk_at(0u, m, d + 3u, t0, l, h));
 }
 
 // A and P of row i, columns 4 tx .. 4 tx + 3 from the raw K Kᵀ / Q Kᵀ sums.
@@ -107,23 +123,24 @@ fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
     }
 }
 
-// Scale one raw source element into the s_x tile (and, for W tiles, write kdec).
-// Rows m >= L are written as zeros (whatever Γ holds there).
-fn put_src(kind: u32, c0: u32, m: u32, cc: u32, raw: f32, l: u32, glast: f32, base_kd: u32) {
-    var x = 0.0;
-    let live = m < l;
+// Scale raw source row m, vec4 column q into the source tile (row factors s_fk / 1 · β / s_fq by
+// kind: 0 W, 1 U, 2 qdec) and, for W tiles, write kdec = s_fd[m] k[m][d] (row-major, contiguous
+// across the warp). The factors are zero for rows >= L, whose raw values are zero too.
+fn stage_src(kind: u32, c0: u32, m: u32, q: u32, raw: vec4<f32>, base_kd: u32) {
+    var x = s_beta[m] * raw;
     if (kind == 0u) {
-        x = s_beta[m] * raw * s_rk[m] * exp(s_gam[m]);
-        if (c0 + cc < HEAD_K) {
-            let kd = s_rk[m] * raw * exp(glast - s_gam[m]);
-            wsa[base_kd + m * k4(HEAD_K) + c0 + cc] = select(0.0, kd, live);
+        x = s_fk[m] * raw;
+        let kd = s_fd[m] * raw;
+        for (var e = 0u; e < 4u; e++) {
+            let d = c0 + 4u * q + e;
+            if (d < HEAD_K) {
+                wsa[base_kd + m * k4(HEAD_K) + d] = kd[e];
+            }
         }
-    } else if (kind == 1u) {
-        x = s_beta[m] * raw;
-    } else {
-        x = prm.scale * s_rq[m] * raw * exp(s_gam[m]);
+    } else if (kind == 2u) {
+        x = s_fq[m] * raw;
     }
-    x_set(m * XS + cc, select(0.0, x, live));
+    s_at[src_slot(m, q)] = x;
 }
 
 @compute @workgroup_size(256)
@@ -274,91 +291,66 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     put_ap(ty * 4u + 3u, tx, kk3, qk3, L, base_p);
     workgroupBarrier();
 
-    // The first source tile of step 4 (k of channels 0..31), loaded during the solve.
+    // Row factors of step 4 (after the norms; read after the solve's barriers).
     let glast = s_gam[max(L, 1u) - 1u];
-    let ntk = (K + 31u) / 32u;
-    let ntv = (V4 + 31u) / 32u;
-    let ntot = 2u * ntk + ntv;
-    let sm = tid / 32u;
-    let scc = tid % 32u;
-    var r0 = src_at(0u, sm, scc, t0, L, h, hv);
-    var r1 = src_at(0u, sm + 8u, scc, t0, L, h, hv);
-    var r2 = src_at(0u, sm + 16u, scc, t0, L, h, hv);
-    var r3 = src_at(0u, sm + 24u, scc, t0, L, h, hv);
-    var r4 = src_at(0u, sm + 32u, scc, t0, L, h, hv);
-    var r5 = src_at(0u, sm + 40u, scc, t0, L, h, hv);
-    var r6 = src_at(0u, sm + 48u, scc, t0, L, h, hv);
-    var r7 = src_at(0u, sm + 56u, scc, t0, L, h, hv);
+    if (tid < 64u) {
+        let live = tid < L;
+        let eg = exp(s_gam[tid]);
+        s_fk[tid] = select(0.0, s_beta[tid] * s_rk[tid] * eg, live);
+        s_fd[tid] = select(0.0, s_rk[tid] * exp(glast - s_gam[tid]), live);
+        s_fq[tid] = select(0.0, prm.scale * s_rq[tid] * eg, live);
+    }
 
-    // 3. T = (I + A)^-1 (intra.wgsl)
+    // The first source tile of step 4 (k of channels 0..63), loaded during the solve. Staging
+    // mapping: rows sm + 16 r (r < 4), vec4 column sq (16 lanes cover a 64-column row).
+    let ntk = (K + 63u) / 64u;
+    let ntv = (V4 + 63u) / 64u;
+    let ntot = 2u * ntk + ntv;
+    let sm = tid / 16u;
+    let sq = tid % 16u;
+    var r0 = src4(0u, sm, sq, t0, L, h, hv);
+    var r1 = src4(0u, sm + 16u, sq, t0, L, h, hv);
+    var r2 = src4(0u, sm + 32u, sq, t0, L, h, hv);
+    var r3 = src4(0u, sm + 48u, sq, t0, L, h, hv);
+
+    // 3. T = (I + A)^-1 (intra.wgsl), left as packed triangular Tᵀ in s_x
     if ((PROBE & 4u) == 0u) {
         solve_t(tid, L);
     }
 
-    // 4. One stream of 64 x 32 source tiles: W = T (beta K e^Γ) (kind 0, which also writes
-    //    kdec = k e^(Γ_last − Γ)), U = T (beta V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a
-    //    coalesced transpose). Each invocation holds rows sm + 8 r (r < 8), column scc of the next
-    //    tile in registers while the current one is used.
+    // 4. One stream of 64 x 64 source tiles staged in s_at: W = T (β K e^Γ) (kind 0, which also
+    //    writes kdec), U = T (β V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a transpose). The
+    //    product gives each invocation a 4 x 4 block (rows 4 ty .., vec4 column tx); the next
+    //    tile's raw values are loaded into r0..r3 while the current one is used.
     let nrun = select(ntot, 0u, (PROBE & 8u) != 0u);
     for (var tile = 0u; tile < nrun; tile++) {
         var kind = 0u;
-        var c0 = tile * 32u;
+        var c0 = tile * 64u;
         if (tile >= ntk + ntv) {
             kind = 2u;
-            c0 = (tile - ntk - ntv) * 32u;
+            c0 = (tile - ntk - ntv) * 64u;
         } else if (tile >= ntk) {
             kind = 1u;
-            c0 = (tile - ntk) * 32u;
+            c0 = (tile - ntk) * 64u;
         }
-        put_src(kind, c0, sm, scc, r0, L, glast, base_kd);
-        put_src(kind, c0, sm + 8u, scc, r1, L, glast, base_kd);
-        put_src(kind, c0, sm + 16u, scc, r2, L, glast, base_kd);
-        put_src(kind, c0, sm + 24u, scc, r3, L, glast, base_kd);
-        put_src(kind, c0, sm + 32u, scc, r4, L, glast, base_kd);
-        put_src(kind, c0, sm + 40u, scc, r5, L, glast, base_kd);
-        put_src(kind, c0, sm + 48u, scc, r6, L, glast, base_kd);
-        put_src(kind, c0, sm + 56u, scc, r7, L, glast, base_kd);
+        stage_src(kind, c0, sm, sq, r0, base_kd);
+        stage_src(kind, c0, sm + 16u, sq, r1, base_kd);
+        stage_src(kind, c0, sm + 32u, sq, r2, base_kd);
+        stage_src(kind, c0, sm + 48u, sq, r3, base_kd);
         workgroupBarrier();
         let tn = min(tile + 1u, ntot - 1u);
-        r0 = src_at(tn, sm, scc, t0, L, h, hv);
-        r1 = src_at(tn, sm + 8u, scc, t0, L, h, hv);
-        r2 = src_at(tn, sm + 16u, scc, t0, L, h, hv);
-        r3 = src_at(tn, sm + 24u, scc, t0, L, h, hv);
-        r4 = src_at(tn, sm + 32u, scc, t0, L, h, hv);
-        r5 = src_at(tn, sm + 40u, scc, t0, L, h, hv);
-        r6 = src_at(tn, sm + 48u, scc, t0, L, h, hv);
-        r7 = src_at(tn, sm + 56u, scc, t0, L, h, hv);
+        r0 = src4(tn, sm, sq, t0, L, h, hv);
+        r1 = src4(tn, sm + 16u, sq, t0, L, h, hv);
+        r2 = src4(tn, sm + 32u, sq, t0, L, h, hv);
+        r3 = src4(tn, sm + 48u, sq, t0, L, h, hv);
         if (kind == 2u) {
-            // qdecᵀ rows c0 + cc: 64 contiguous tokens each
-            for (var r = 0u; r < 8u; r++) {
-                let idx = tid + 256u * r;
-                let cc = idx / 64u;
-                let i = idx % 64u;
-                if (c0 + cc < K) {
-                    wsa[base_qd + (c0 + cc) * 64u + i] = x_get(i * XS + cc);
-                }
-            }
+            store_qd(base_qd, tid, c0);
         } else {
-            // out[i] = sum_{m <= i} T[i][m] X[m] for rows i = 4 ty + a, columns 2 tx + b
-            var a0 = vec2<f32>(0.0);
-            var a1 = vec2<f32>(0.0);
-            var a2 = vec2<f32>(0.0);
-            var a3 = vec2<f32>(0.0);
-            let mend = min(L, ty * 4u + 4u);
-            for (var m = 0u; m < mend; m++) {
-                let xv = vec2<f32>(x_get(m * XS + tx * 2u), x_get(m * XS + tx * 2u + 1u));
-                let t = s_at[m * 16u + ty];
-                a0 += t.x * xv;
-                a1 += t.y * xv;
-                a2 += t.z * xv;
-                a3 += t.w * xv;
-            }
-            let is_w = kind == 0u;
-            if ((PROBE & 1u) == 0u || a0.x == 12345.678) {
-                put_wu(is_w, ty * 4u, c0 + tx * 2u, a0, L, base_w, base_u);
-                put_wu(is_w, ty * 4u + 1u, c0 + tx * 2u, a1, L, base_w, base_u);
-                put_wu(is_w, ty * 4u + 2u, c0 + tx * 2u, a2, L, base_w, base_u);
-                put_wu(is_w, ty * 4u + 3u, c0 + tx * 2u, a3, L, base_w, base_u);
+            let blk = t_product(ty, tx, L);
+            if (kind == 0u) {
+                store_w(base_w, ty, tx, c0, blk, L);
+            } else {
+                store_u(base_u, ty, tx, c0, blk, L);
             }
         }
         workgroupBarrier();

@@ -1,10 +1,21 @@
 // intra.wgsl: the prelude of the two chunk-parallel intra stages (gdn and kda), after common.wgsl
 // and inputs.wgsl: their workspace bindings, the A / T matrix in workgroup memory, the solve of
-// T = (I + A)^-1 and the W/U writer. Each stage defines x_get / x_set over its own s_x tile (the
-// solve's scratch).
+// T = (I + A)^-1 and the W/U/qdec writer (a register-tiled product over 64 x 64 source tiles).
+// Each stage declares s_x as a vec4 workgroup array of >= 544 vec4s and x_get / x_set over it
+// (the solve's scratch); after the solve s_x holds T as packed triangular Tᵀ row groups and s_at
+// holds the staged source tiles.
 //
-// SAFETY (unchecked modules): s_at holds 4160 scalars and every index is i * AS + j with
-// i, j < 64 (< 4160); the scratch indices are < 768; the W/U writes are guarded by the head dims
+// v3 (bench/NOTES.md "WGSL v3"): the W/U writer was 12 tiles of 64 x 32 with a 4 x 2 block per
+// invocation built from scalar workgroup loads, transposed 4-byte Wᵀ stores (32 sectors per warp
+// store) and an exp per staged element; it is now 6 tiles of 64 x 64 (K = V = 128) with a 4 x 4
+// block per invocation (8 vec4 workgroup loads per 64 FMAs, unrolled by 4, no branches inside),
+// row factors precomputed per row (gdn), and Wᵀ stores that fill whole 32-byte sectors.
+//
+// SAFETY (unchecked modules): s_at holds 4160 scalars (1040 vec4s) and every solve index is
+// i * AS + j with i, j < 64 (< 4160); source tile slots are src_slot(m, q) = 16 m + (q ^ (m & 15))
+// with m < 64, q < 16 (< 1024 vec4s); the packed Tᵀ has 544 vec4s (tp_base(15) + 63 = 543) and
+// t_product reads tp_base(g) + m with m < mend <= 4 g + 4 (g < 16); the solve's scratch indices
+// are < 768 scalars; the W/U/qdec/kdec writes are guarded by the head dims (d < K, columns < V4)
 // and land in the (chunk, head) slot the caller passes.
 
 @group(0) @binding(7) var<storage, read_write> wsa: array<f32>;
@@ -40,29 +51,122 @@ fn merge_term(i: u32, j: u32, k: u32) -> f32 {
     return at_get(i * AS + k) * t;
 }
 
-// Tᵀ[m][i] (row stride 64) at flat index idx = 64 m + i: T[i][m] for m < i < L, 1 on the
-// diagonal, 0 elsewhere (read from the solve's layout).
-fn t_entry(idx: u32, l: u32) -> f32 {
-    let m = idx / 64u;
-    let i = idx % 64u;
+// T[i][m] as the W/U product reads it: the solved entry for m < i < L, 1 on the diagonal, 0
+// elsewhere (read from the solve's layout, T[i][m] at s_at[m][i]).
+fn t_at(i: u32, m: u32, l: u32) -> f32 {
     if (m < i && i < l) {
         return at_get(m * AS + i);
     }
     return select(0.0, 1.0, m == i);
 }
 
-// W or U rows 4 ty .. 4 ty + 3 (acc_a), columns c0 + 2 tx, + 1.
-fn put_wu(is_w: bool, i: u32, col: u32, acc: vec2<f32>, l: u32, base_w: u32, base_u: u32) {
+// First vec4 of row group g (rows 4 g .. 4 g + 3) in the packed triangular Tᵀ: group g keeps
+// columns m <= 4 g + 3 only, 4 g + 4 vec4s, so the 16 groups take 2 g (g + 1) .. : 544 vec4s.
+fn tp_base(g: u32) -> u32 {
+    return 2u * g * (g + 1u);
+}
+
+// Slot of vec4 column q (< 16) of row m (< 64) of a 64 x 64 source tile in s_at, XOR-swizzled so
+// that both the product's row reads (16 columns of one row) and the qdec transpose's column
+// reads (one column of 32 rows) spread over the banks. < 1024 of s_at's 1040 vec4s.
+fn src_slot(m: u32, q: u32) -> u32 {
+    return m * 16u + (q ^ (m & 15u));
+}
+
+// The 4 x 4 output block of the W/U product: rows 4 g + a (a < 4, the fields), columns 4 cq ..
+struct Blk {
+    a0: vec4<f32>,
+    a1: vec4<f32>,
+    a2: vec4<f32>,
+    a3: vec4<f32>,
+}
+
+// out[i] = sum_{m <= i} T[i][m] X[m] for rows i = 4 g + a, vec4 column cq of the staged source
+// tile X (rows >= L of X are zero, so the sum stops at the chunk's rows rounded up to 4). Four
+// rows of m a step, 8 vec4 workgroup loads for 64 multiply-adds, no branches inside; the terms are
+// added in row order.
+fn t_product(g: u32, cq: u32, l: u32) -> Blk {
+    let pb = tp_base(g);
+    let mend = min(4u * g + 4u, (l + 3u) & ~3u);
+    var b = Blk(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var m = 0u; m < mend; m += 4u) {
+        let t0 = s_x[pb + m];
+        let t1 = s_x[pb + m + 1u];
+        let t2 = s_x[pb + m + 2u];
+        let t3 = s_x[pb + m + 3u];
+        let x0 = s_at[src_slot(m, cq)];
+        let x1 = s_at[src_slot(m + 1u, cq)];
+        let x2 = s_at[src_slot(m + 2u, cq)];
+        let x3 = s_at[src_slot(m + 3u, cq)];
+        b.a0 += t0.x * x0;
+        b.a1 += t0.y * x0;
+        b.a2 += t0.z * x0;
+        b.a3 += t0.w * x0;
+        b.a0 += t1.x * x1;
+        b.a1 += t1.y * x1;
+        b.a2 += t1.z * x1;
+        b.a3 += t1.w * x1;
+        b.a0 += t2.x * x2;
+        b.a1 += t2.y * x2;
+        b.a2 += t2.z * x2;
+        b.a3 += t2.w * x2;
+        b.a0 += t3.x * x3;
+        b.a1 += t3.y * x3;
+        b.a2 += t3.z * x3;
+        b.a3 += t3.w * x3;
+    }
+    return b;
+}
+
+// Wᵀ[d][4 g .. 4 g + 3] for the block's columns d = c0 + 4 cq + e < K (rows >= L as zeros): the
+// two row groups of a warp fill one 32-byte sector per column.
+fn store_w(base_w: u32, g: u32, cq: u32, c0: u32, b: Blk, l: u32) {
+    let i = 4u * g;
+    for (var e = 0u; e < 4u; e++) {
+        let d = c0 + 4u * cq + e;
+        if (d < HEAD_K) {
+            let o = base_w + d * 64u + i;
+            wsa[o] = select(0.0, b.a0[e], i < l);
+            wsa[o + 1u] = select(0.0, b.a1[e], i + 1u < l);
+            wsa[o + 2u] = select(0.0, b.a2[e], i + 2u < l);
+            wsa[o + 3u] = select(0.0, b.a3[e], i + 3u < l);
+        }
+    }
+}
+
+// U[4 g + a][c0 + 4 cq ..] (row-major [64][V4], rows >= L as zeros; columns < V4 come whole).
+fn store_u(base_u: u32, g: u32, cq: u32, c0: u32, b: Blk, l: u32) {
     let V4 = k4(HEAD_V);
-    for (var b = 0u; b < 2u; b++) {
-        let cc = col + b;
-        let out = select(acc[b], 0.0, i >= l);
-        if (is_w) {
-            if (cc < HEAD_K) {
-                wsa[base_w + cc * 64u + i] = out;
+    let col = c0 + 4u * cq;
+    if (col < V4) {
+        let i = 4u * g;
+        store_u_row(base_u + i * V4 + col, b.a0, i < l);
+        store_u_row(base_u + (i + 1u) * V4 + col, b.a1, i + 1u < l);
+        store_u_row(base_u + (i + 2u) * V4 + col, b.a2, i + 2u < l);
+        store_u_row(base_u + (i + 3u) * V4 + col, b.a3, i + 3u < l);
+    }
+}
+
+fn store_u_row(o: u32, x: vec4<f32>, live: bool) {
+    let y = select(vec4<f32>(0.0), x, live);
+    wsu[o] = y.x;
+    wsu[o + 1u] = y.y;
+    wsu[o + 2u] = y.z;
+    wsu[o + 3u] = y.w;
+}
+
+// qdecᵀ rows c0 + 4 q + e (< K) from the staged q tile: invocation tid reads token i = tid % 64,
+// vec4 columns q = tid / 64 + 4 r, and stores 64 contiguous tokens per row across the warp.
+fn store_qd(base_qd: u32, tid: u32, c0: u32) {
+    let i = tid % 64u;
+    for (var r = 0u; r < 4u; r++) {
+        let q = tid / 64u + 4u * r;
+        let x = s_at[src_slot(i, q)];
+        for (var e = 0u; e < 4u; e++) {
+            let d = c0 + 4u * q + e;
+            if (d < HEAD_K) {
+                wsa[base_qd + d * 64u + i] = x[e];
             }
-        } else if (cc < V4) {
-            wsu[base_u + i * V4 + cc] = out;
         }
     }
 }
@@ -122,30 +226,18 @@ fn solve_t(tid: u32, l: u32) {
         }
         workgroupBarrier();
     }
-    // Tᵀ[m][i] (row stride 64) through registers: 16 entries an invocation
-    let tt0 = vec4<f32>(t_entry(tid, l), t_entry(tid + 256u, l), t_entry(tid + 512u, l),
-        t_entry(tid + 768u, l));
-    let tt1 = vec4<f32>(t_entry(tid + 1024u, l), t_entry(tid + 1280u, l),
-        t_entry(tid + 1536u, l), t_entry(tid + 1792u, l));
-    let tt2 = vec4<f32>(t_entry(tid + 2048u, l), t_entry(tid + 2304u, l),
-        t_entry(tid + 2560u, l), t_entry(tid + 2816u, l));
-    let tt3 = vec4<f32>(t_entry(tid + 3072u, l), t_entry(tid + 3328u, l),
-        t_entry(tid + 3584u, l), t_entry(tid + 3840u, l));
+    // Packed triangular Tᵀ into s_x (the solve's scratch, free after the last barrier): vec4
+    // (g, m) = T[4 g .. 4 g + 3][m] at tp_base(g) + m, m <= 4 g + 3.
+    for (var idx = tid; idx < 544u; idx += 256u) {
+        var g = 0u;
+        for (var gg = 1u; gg < 16u; gg++) {
+            g = select(g, gg, tp_base(gg) <= idx);
+        }
+        let m = idx - tp_base(g);
+        let i = 4u * g;
+        s_x[idx] = vec4<f32>(t_at(i, m, l), t_at(i + 1u, m, l), t_at(i + 2u, m, l),
+            t_at(i + 3u, m, l));
+    }
+    // s_at is the source tile area from here on
     workgroupBarrier();
-    at_set(tid, tt0.x);
-    at_set(tid + 256u, tt0.y);
-    at_set(tid + 512u, tt0.z);
-    at_set(tid + 768u, tt0.w);
-    at_set(tid + 1024u, tt1.x);
-    at_set(tid + 1280u, tt1.y);
-    at_set(tid + 1536u, tt1.z);
-    at_set(tid + 1792u, tt1.w);
-    at_set(tid + 2048u, tt2.x);
-    at_set(tid + 2304u, tt2.y);
-    at_set(tid + 2560u, tt2.z);
-    at_set(tid + 2816u, tt2.w);
-    at_set(tid + 3072u, tt3.x);
-    at_set(tid + 3328u, tt3.y);
-    at_set(tid + 3584u, tt3.z);
-    at_set(tid + 3840u, tt3.w);
 }

@@ -22,6 +22,10 @@
 // come from the K Kᵀ tiles; W, U and qdec are one stream of source tiles and kdec is written
 // from the W tiles; no private arrays (register tiles are named vec4s).
 //
+// v3: step 4 streams 64 x 64 source tiles staged as vec4s in s_at (Γ loaded a vec4 at a time
+// with them), multiplied by the packed triangular T with a 4 x 4 block per invocation
+// (intra.wgsl); s_x is a vec4 array (816 vec4s, same bytes) read through x_get / x_set.
+//
 // SAFETY (unchecked module): every storage index below is < the buffer length the host sized:
 // token t = t0 + i with i < L and t0 + L <= T (chunk table built from validated cu_seqlens); loads
 // outside the chunk or the head dims read row t0 (L >= 1), channel 0 instead and are zeroed;
@@ -40,25 +44,25 @@ override PROBE: u32 = 0u;
 // inputs.wgsl; bindings 7-8 (wsa, wsu), s_at, the T solve and the W/U writer from intra.wgsl.
 
 const TS: u32 = 17u;       // row stride of the 16-wide dot-product tiles
-const XS: u32 = 33u;       // row stride of the 32-wide W/U source tiles
 
 var<workgroup> s_beta: array<f32, 64>;
 var<workgroup> s_rq: array<f32, 64>;
 var<workgroup> s_rk: array<f32, 64>;
-// Tiles: K, Q and Γ rows (3 x 64 x 17) for the dot products, or a 64 x 33 source tile for W/U.
-var<workgroup> s_x: array<f32, 3264>;
+// Tiles: K, Q and Γ rows (3 x 64 x 17 scalars) for the dot products, the solve's scratch, then
+// the packed triangular Tᵀ (544 vec4s).
+var<workgroup> s_x: array<vec4<f32>, 816>;
 var<workgroup> s_meta: vec2<u32>;
 
 // q (which 0) or k (1) of chunk row i, channel d: an unconditional load (row t0, channel 0 when
 // outside the chunk or K) zeroed by selection, so a batch of these issues back to back.
 
-// The solve's scratch (intra.wgsl) in this stage's scalar s_x.
+// Scalar access to s_x (the dot-product tiles and the solve's scratch in intra.wgsl).
 fn x_get(x: u32) -> f32 {
-    return s_x[x];
+    return s_x[x >> 2u][x & 3u];
 }
 
 fn x_set(x: u32, v: f32) {
-    s_x[x] = v;
+    s_x[x >> 2u][x & 3u] = v;
 }
 
 fn qk_at(which: u32, i: u32, d: u32, t0: u32, l: u32, h: u32) -> f32 {
@@ -87,31 +91,42 @@ fn v_at(i: u32, e: u32, t0: u32, l: u32, hv: u32) -> f32 {
     return select(0.0, x, ok);
 }
 
-// Raw source element (row m, column cc) of tile `tile` of the W/U/qdec stream: k for the first
-// ntk tiles, v for the next ntv, q for the last ntk (32 columns a tile).
-fn src_at(tile: u32, m: u32, cc: u32, t0: u32, l: u32, h: u32, hv: u32) -> f32 {
-    let ntk = (HEAD_K + 31u) / 32u;
-    let ntv = (k4(HEAD_V) + 31u) / 32u;
+// Raw source elements (row m, columns 4 q .. 4 q + 3) of tile `tile` of the W/U/qdec stream: k for
+// the first ntk tiles, v for the next ntv, q for the last ntk (64 columns a tile). Unconditional
+// loads at clamped indices, zeroed by selection (rows >= L, columns beyond K or V).
+fn src4(tile: u32, m: u32, q: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f32> {
+    let ntk = (HEAD_K + 63u) / 64u;
+    let ntv = (k4(HEAD_V) + 63u) / 64u;
     if (tile < ntk) {
-        return qk_at(1u, m, tile * 32u + cc, t0, l, h);
+        let d = tile * 64u + 4u * q;
+        return vec4<f32>(qk_at(1u, m, d, t0, l, h), qk_at(1u, m, d + 1u, t0, l, h),
+            qk_at(1u, m, d + 2u, t0, l, h), qk_at(1u, m, d + 3u, t0, l, h));
     }
     if (tile < ntk + ntv) {
-        return v_at(m, (tile - ntk) * 32u + cc, t0, l, hv);
+        let e = (tile - ntk) * 64u + 4u * q;
+        return vec4<f32>(v_at(m, e, t0, l, hv), v_at(m, e + 1u, t0, l, hv),
+            v_at(m, e + 2u, t0, l, hv), v_at(m, e + 3u, t0, l, hv));
     }
-    return qk_at(0u, m, (tile - ntk - ntv) * 32u + cc, t0, l, h);
+    let d = (tile - ntk - ntv) * 64u + 4u * q;
+    return vec4<f32>(qk_at(0u, m, d, t0, l, h), qk_at(0u, m, d + 1u, t0, l, h),
+        qk_at(0u, m, d + 2u, t0, l, h), qk_at(0u, m, d + 3u, t0, l, h));
 }
 
-// Γ[m][channel of column cc] for the W and qdec tiles of the stream (0 for U tiles).
-fn gam_at(tile: u32, m: u32, cc: u32, base_gam: u32) -> f32 {
-    let ntk = (HEAD_K + 31u) / 32u;
-    let ntv = (k4(HEAD_V) + 31u) / 32u;
-    var d = tile * 32u + cc;
+// Γ[m][channels of vec4 column q] for the W and qdec tiles of the stream (0 for U tiles; loads at
+// channel min(d, K − 1), whose values for d >= K multiply zero raw elements).
+fn gam4_at(tile: u32, m: u32, q: u32, base_gam: u32) -> vec4<f32> {
+    let ntk = (HEAD_K + 63u) / 64u;
+    let ntv = (k4(HEAD_V) + 63u) / 64u;
+    var d = tile * 64u + 4u * q;
     if (tile >= ntk + ntv) {
-        d = (tile - ntk - ntv) * 32u + cc;
+        d = (tile - ntk - ntv) * 64u + 4u * q;
     } else if (tile >= ntk) {
-        return 0.0;
+        return vec4<f32>(0.0);
     }
-    return wsa[base_gam + m * HEAD_K + min(d, HEAD_K - 1u)];
+    let r = base_gam + m * HEAD_K;
+    let k1 = HEAD_K - 1u;
+    return vec4<f32>(wsa[r + min(d, k1)], wsa[r + min(d + 1u, k1)], wsa[r + min(d + 2u, k1)],
+        wsa[r + min(d + 3u, k1)]);
 }
 
 // A and P of row i, columns 4 tx .. 4 tx + 3 from the decayed K Kᵀ / Q Kᵀ sums.
@@ -134,23 +149,26 @@ fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
     }
 }
 
-// Scale one raw source element into the s_x tile (and, for W tiles, write kdec); g = Γ[m][d],
-// gl = Γ_last[d]. Rows m >= L are written as zeros.
-fn put_src(kind: u32, c0: u32, m: u32, cc: u32, raw: f32, g: f32, gl: f32, l: u32, base_kd: u32) {
-    var x = 0.0;
+// Scale raw source row m, vec4 column q into the source tile (kind 0 W, 1 U, 2 qdec) and, for W
+// tiles, write kdec (row-major, contiguous across the warp); g = Γ[m][d ..], gl = Γ_last[d ..].
+// Rows m >= L are written as zeros.
+fn stage_src(kind: u32, c0: u32, m: u32, q: u32, raw: vec4<f32>, g: vec4<f32>, gl: vec4<f32>,
+    l: u32, base_kd: u32) {
     let live = m < l;
+    var x = s_beta[m] * raw;
     if (kind == 0u) {
         x = s_beta[m] * raw * s_rk[m] * exp(g);
-        if (c0 + cc < HEAD_K) {
-            let kd = s_rk[m] * raw * exp(gl - g);
-            wsa[base_kd + m * k4(HEAD_K) + c0 + cc] = select(0.0, kd, live);
+        let kd = s_rk[m] * raw * exp(gl - g);
+        for (var e = 0u; e < 4u; e++) {
+            let d = c0 + 4u * q + e;
+            if (d < HEAD_K) {
+                wsa[base_kd + m * k4(HEAD_K) + d] = select(0.0, kd[e], live);
+            }
         }
-    } else if (kind == 1u) {
-        x = s_beta[m] * raw;
-    } else {
+    } else if (kind == 2u) {
         x = prm.scale * s_rq[m] * raw * exp(g);
     }
-    s_x[m * XS + cc] = select(0.0, x, live);
+    s_at[src_slot(m, q)] = select(vec4<f32>(0.0), x, live);
 }
 
 // Γ of rows r0 .. r0 + 3, channel dd of the tile (the scan's copy in s_at, row stride TS).
@@ -163,17 +181,17 @@ fn gam4(r0: u32, dd: u32) -> vec4<f32> {
 fn gsum16(acc: f32, start: u32, ch: u32) -> f32 {
     var a = acc;
     for (var m = start; m < start + 16u; m += 4u) {
-        a += s_x[2176u + m * TS + ch];
-        a += s_x[2176u + (m + 1u) * TS + ch];
-        a += s_x[2176u + (m + 2u) * TS + ch];
-        a += s_x[2176u + (m + 3u) * TS + ch];
+        a += x_get(2176u + m * TS + ch);
+        a += x_get(2176u + (m + 1u) * TS + ch);
+        a += x_get(2176u + (m + 2u) * TS + ch);
+        a += x_get(2176u + (m + 3u) * TS + ch);
     }
     return a;
 }
 
 fn row4(base: u32, r0: u32, dd: u32) -> vec4<f32> {
-    return vec4<f32>(s_x[base + r0 * TS + dd], s_x[base + (r0 + 1u) * TS + dd],
-        s_x[base + (r0 + 2u) * TS + dd], s_x[base + (r0 + 3u) * TS + dd]);
+    return vec4<f32>(x_get(base + r0 * TS + dd), x_get(base + (r0 + 1u) * TS + dd),
+        x_get(base + (r0 + 2u) * TS + dd), x_get(base + (r0 + 3u) * TS + dd));
 }
 
 @compute @workgroup_size(256)
@@ -258,18 +276,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let nbase = select(1088u, 0u, tid < 64u);
     for (var d0 = 0u; d0 < K; d0 += 16u) {
         let d = d0 + ld_c;
-        s_x[li * TS + ld_c] = pk0;
-        s_x[(li + 16u) * TS + ld_c] = pk1;
-        s_x[(li + 32u) * TS + ld_c] = pk2;
-        s_x[(li + 48u) * TS + ld_c] = pk3;
-        s_x[1088u + li * TS + ld_c] = pq0;
-        s_x[1088u + (li + 16u) * TS + ld_c] = pq1;
-        s_x[1088u + (li + 32u) * TS + ld_c] = pq2;
-        s_x[1088u + (li + 48u) * TS + ld_c] = pq3;
-        s_x[2176u + li * TS + ld_c] = gate_at(pg0, li, d, L, a_exp, pb);
-        s_x[2176u + (li + 16u) * TS + ld_c] = gate_at(pg1, li + 16u, d, L, a_exp, pb);
-        s_x[2176u + (li + 32u) * TS + ld_c] = gate_at(pg2, li + 32u, d, L, a_exp, pb);
-        s_x[2176u + (li + 48u) * TS + ld_c] = gate_at(pg3, li + 48u, d, L, a_exp, pb);
+        x_set(li * TS + ld_c, pk0);
+        x_set((li + 16u) * TS + ld_c, pk1);
+        x_set((li + 32u) * TS + ld_c, pk2);
+        x_set((li + 48u) * TS + ld_c, pk3);
+        x_set(1088u + li * TS + ld_c, pq0);
+        x_set(1088u + (li + 16u) * TS + ld_c, pq1);
+        x_set(1088u + (li + 32u) * TS + ld_c, pq2);
+        x_set(1088u + (li + 48u) * TS + ld_c, pq3);
+        x_set(2176u + li * TS + ld_c, gate_at(pg0, li, d, L, a_exp, pb));
+        x_set(2176u + (li + 16u) * TS + ld_c, gate_at(pg1, li + 16u, d, L, a_exp, pb));
+        x_set(2176u + (li + 32u) * TS + ld_c, gate_at(pg2, li + 32u, d, L, a_exp, pb));
+        x_set(2176u + (li + 48u) * TS + ld_c, gate_at(pg3, li + 48u, d, L, a_exp, pb));
         workgroupBarrier();
         let dn = d + 16u;
         pk0 = qk_at(1u, li, dn, t0, L, h);
@@ -289,7 +307,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         if (prm.l2norm == 1u && tid < 128u) {
             for (var dd = 0u; dd < 16u; dd++) {
-                let x = s_x[nbase + nrow * TS + dd];
+                let x = x_get(nbase + nrow * TS + dd);
                 ss += x * x;
             }
         }
@@ -298,10 +316,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // s_at (free until A is written) and the workspace
         var gacc = 0.0;
         for (var m = 0u; m < 16u; m += 4u) {
-            gacc += select(0.0, s_x[2176u + m * TS + ld_c], m <= li);
-            gacc += select(0.0, s_x[2176u + (m + 1u) * TS + ld_c], m + 1u <= li);
-            gacc += select(0.0, s_x[2176u + (m + 2u) * TS + ld_c], m + 2u <= li);
-            gacc += select(0.0, s_x[2176u + (m + 3u) * TS + ld_c], m + 3u <= li);
+            gacc += select(0.0, x_get(2176u + m * TS + ld_c), m <= li);
+            gacc += select(0.0, x_get(2176u + (m + 1u) * TS + ld_c), m + 1u <= li);
+            gacc += select(0.0, x_get(2176u + (m + 2u) * TS + ld_c), m + 2u <= li);
+            gacc += select(0.0, x_get(2176u + (m + 3u) * TS + ld_c), m + 3u <= li);
         }
         let gp0 = gacc;
         let gp1 = gsum16(gp0, li + 1u, ld_c);
@@ -356,105 +374,65 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     storageBarrier();
     workgroupBarrier();
 
-    // The first source tile of step 4 (k and Γ of channels 0..31), loaded during the solve.
-    let ntk = (K + 31u) / 32u;
-    let ntv = (V4 + 31u) / 32u;
+    // The first source tile of step 4 (k and Γ of channels 0..63), loaded during the solve.
+    // Staging mapping: rows sm + 16 r (r < 4), vec4 column sq (16 lanes cover a 64-column row).
+    let ntk = (K + 63u) / 64u;
+    let ntv = (V4 + 63u) / 64u;
     let ntot = 2u * ntk + ntv;
     let last = max(L, 1u) - 1u;
-    let sm = tid / 32u;
-    let scc = tid % 32u;
-    var r0 = src_at(0u, sm, scc, t0, L, h, hv);
-    var r1 = src_at(0u, sm + 8u, scc, t0, L, h, hv);
-    var r2 = src_at(0u, sm + 16u, scc, t0, L, h, hv);
-    var r3 = src_at(0u, sm + 24u, scc, t0, L, h, hv);
-    var r4 = src_at(0u, sm + 32u, scc, t0, L, h, hv);
-    var r5 = src_at(0u, sm + 40u, scc, t0, L, h, hv);
-    var r6 = src_at(0u, sm + 48u, scc, t0, L, h, hv);
-    var r7 = src_at(0u, sm + 56u, scc, t0, L, h, hv);
-    var g0 = gam_at(0u, sm, scc, base_gam);
-    var g1 = gam_at(0u, sm + 8u, scc, base_gam);
-    var g2 = gam_at(0u, sm + 16u, scc, base_gam);
-    var g3 = gam_at(0u, sm + 24u, scc, base_gam);
-    var g4 = gam_at(0u, sm + 32u, scc, base_gam);
-    var g5 = gam_at(0u, sm + 40u, scc, base_gam);
-    var g6 = gam_at(0u, sm + 48u, scc, base_gam);
-    var g7 = gam_at(0u, sm + 56u, scc, base_gam);
-    var gll = gam_at(0u, last, scc, base_gam);
+    let sm = tid / 16u;
+    let sq = tid % 16u;
+    var r0 = src4(0u, sm, sq, t0, L, h, hv);
+    var r1 = src4(0u, sm + 16u, sq, t0, L, h, hv);
+    var r2 = src4(0u, sm + 32u, sq, t0, L, h, hv);
+    var r3 = src4(0u, sm + 48u, sq, t0, L, h, hv);
+    var g0 = gam4_at(0u, sm, sq, base_gam);
+    var g1 = gam4_at(0u, sm + 16u, sq, base_gam);
+    var g2 = gam4_at(0u, sm + 32u, sq, base_gam);
+    var g3 = gam4_at(0u, sm + 48u, sq, base_gam);
+    var gll = gam4_at(0u, last, sq, base_gam);
 
-    // 3. T = (I + A)^-1 (intra.wgsl)
+    // 3. T = (I + A)^-1 (intra.wgsl), left as packed triangular Tᵀ in s_x
     solve_t(tid, L);
 
-    // 4. One stream of 64 x 32 source tiles: W = T (beta K e^Γ) (kind 0, which also writes
-    //    kdec = k e^(Γ_last − Γ)), U = T (beta V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a
-    //    coalesced transpose). Each invocation holds rows sm + 8 r (r < 8), column scc of the next
-    //    tile (and its Γ) in registers while the current one is used.
+    // 4. One stream of 64 x 64 source tiles staged in s_at: W = T (β K e^Γ) (kind 0, which also
+    //    writes kdec = k e^(Γ_last − Γ)), U = T (β V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a
+    //    transpose). The product gives each invocation a 4 x 4 block (rows 4 ty .., vec4 column
+    //    tx); the next tile's raw values and Γ are loaded while the current one is used.
     for (var tile = 0u; tile < ntot; tile++) {
         var kind = 0u;
-        var c0 = tile * 32u;
+        var c0 = tile * 64u;
         if (tile >= ntk + ntv) {
             kind = 2u;
-            c0 = (tile - ntk - ntv) * 32u;
+            c0 = (tile - ntk - ntv) * 64u;
         } else if (tile >= ntk) {
             kind = 1u;
-            c0 = (tile - ntk) * 32u;
+            c0 = (tile - ntk) * 64u;
         }
-        put_src(kind, c0, sm, scc, r0, g0, gll, L, base_kd);
-        put_src(kind, c0, sm + 8u, scc, r1, g1, gll, L, base_kd);
-        put_src(kind, c0, sm + 16u, scc, r2, g2, gll, L, base_kd);
-        put_src(kind, c0, sm + 24u, scc, r3, g3, gll, L, base_kd);
-        put_src(kind, c0, sm + 32u, scc, r4, g4, gll, L, base_kd);
-        put_src(kind, c0, sm + 40u, scc, r5, g5, gll, L, base_kd);
-        put_src(kind, c0, sm + 48u, scc, r6, g6, gll, L, base_kd);
-        put_src(kind, c0, sm + 56u, scc, r7, g7, gll, L, base_kd);
+        stage_src(kind, c0, sm, sq, r0, g0, gll, L, base_kd);
+        stage_src(kind, c0, sm + 16u, sq, r1, g1, gll, L, base_kd);
+        stage_src(kind, c0, sm + 32u, sq, r2, g2, gll, L, base_kd);
+        stage_src(kind, c0, sm + 48u, sq, r3, g3, gll, L, base_kd);
         workgroupBarrier();
         let tn = min(tile + 1u, ntot - 1u);
-        r0 = src_at(tn, sm, scc, t0, L, h, hv);
-        r1 = src_at(tn, sm + 8u, scc, t0, L, h, hv);
-        r2 = src_at(tn, sm + 16u, scc, t0, L, h, hv);
-        r3 = src_at(tn, sm + 24u, scc, t0, L, h, hv);
-        r4 = src_at(tn, sm + 32u, scc, t0, L, h, hv);
-        r5 = src_at(tn, sm + 40u, scc, t0, L, h, hv);
-        r6 = src_at(tn, sm + 48u, scc, t0, L, h, hv);
-        r7 = src_at(tn, sm + 56u, scc, t0, L, h, hv);
-        g0 = gam_at(tn, sm, scc, base_gam);
-        g1 = gam_at(tn, sm + 8u, scc, base_gam);
-        g2 = gam_at(tn, sm + 16u, scc, base_gam);
-        g3 = gam_at(tn, sm + 24u, scc, base_gam);
-        g4 = gam_at(tn, sm + 32u, scc, base_gam);
-        g5 = gam_at(tn, sm + 40u, scc, base_gam);
-        g6 = gam_at(tn, sm + 48u, scc, base_gam);
-        g7 = gam_at(tn, sm + 56u, scc, base_gam);
-        gll = gam_at(tn, last, scc, base_gam);
+        r0 = src4(tn, sm, sq, t0, L, h, hv);
+        r1 = src4(tn, sm + 16u, sq, t0, L, h, hv);
+        r2 = src4(tn, sm + 32u, sq, t0, L, h, hv);
+        r3 = src4(tn, sm + 48u, sq, t0, L, h, hv);
+        g0 = gam4_at(tn, sm, sq, base_gam);
+        g1 = gam4_at(tn, sm + 16u, sq, base_gam);
+        g2 = gam4_at(tn, sm + 32u, sq, base_gam);
+        g3 = gam4_at(tn, sm + 48u, sq, base_gam);
+        gll = gam4_at(tn, last, sq, base_gam);
         if (kind == 2u) {
-            // qdecᵀ rows c0 + cc: 64 contiguous tokens each
-            for (var r = 0u; r < 8u; r++) {
-                let idx = tid + 256u * r;
-                let cc = idx / 64u;
-                let i = idx % 64u;
-                if (c0 + cc < K) {
-                    wsa[base_qd + (c0 + cc) * 64u + i] = s_x[i * XS + cc];
-                }
-            }
+            store_qd(base_qd, tid, c0);
         } else {
-            // out[i] = sum_{m <= i} T[i][m] X[m] for rows i = 4 ty + a, columns 2 tx + b
-            var a0 = vec2<f32>(0.0);
-            var a1 = vec2<f32>(0.0);
-            var a2 = vec2<f32>(0.0);
-            var a3 = vec2<f32>(0.0);
-            let mend = min(L, ty * 4u + 4u);
-            for (var m = 0u; m < mend; m++) {
-                let xv = vec2<f32>(s_x[m * XS + tx * 2u], s_x[m * XS + tx * 2u + 1u]);
-                let t = s_at[m * 16u + ty];
-                a0 += t.x * xv;
-                a1 += t.y * xv;
-                a2 += t.z * xv;
-                a3 += t.w * xv;
+            let blk = t_product(ty, tx, L);
+            if (kind == 0u) {
+                store_w(base_w, ty, tx, c0, blk, L);
+            } else {
+                store_u(base_u, ty, tx, c0, blk, L);
             }
-            let is_w = kind == 0u;
-            put_wu(is_w, ty * 4u, c0 + tx * 2u, a0, L, base_w, base_u);
-            put_wu(is_w, ty * 4u + 1u, c0 + tx * 2u, a1, L, base_w, base_u);
-            put_wu(is_w, ty * 4u + 2u, c0 + tx * 2u, a2, L, base_w, base_u);
-            put_wu(is_w, ty * 4u + 3u, c0 + tx * 2u, a3, L, base_w, base_u);
         }
         workgroupBarrier();
     }

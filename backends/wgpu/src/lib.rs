@@ -46,7 +46,7 @@ pub struct AdapterChoice {
     pub state_bv: Option<usize>,
     /// Diagnosis only (`DELTARULE_WGPU_PROBE`, a bit mask, 0 = off): skips parts of the intra
     /// pass to locate its time (1: the W/U stores, 2: the P stores, 4: the T solve, 8: the W/U/qdec
-    /// stream, 16: the K Kᵀ / Q Kᵀ products). Results are wrong with any bit set; `deltarule
+    /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3). Results are wrong with any bit set; `deltarule
     /// bench` is the only intended user.
     pub probe: u32,
 }
