@@ -2,12 +2,38 @@
 // sequence (plain decode and speculative verify), shared by gdn_decode.cu and kda_decode.cu.
 //
 // Compile-time constants: HEAD_K, HEAD_V in {32, 64, 128}. Everything else is in `Params`.
-// grid (HEAD_V / DVT, HV, N), DTH threads. Each block owns the K x DVT columns [v0, v0 + DVT) of
-// the state of one (sequence, value head): columns are independent in the recurrence, so the
-// V split is exact. The tile is read once with 16-byte (f32) or 8-byte (16-bit) coalesced loads
-// in either layout, transposed through shared memory into registers (thread = (column, lane p of
-// DP); it holds channels d = j * DP + p), updated token by token in f32, and written back the same
-// way. Pool rows come from state_indices; index -1 reads zeros and writes nothing.
+// grid (HEAD_V / DVT, HV, N), NTH = 160 threads: 4 state warps (DTH = 128 threads) and 1 token
+// warp. Each block owns the K x DVT columns [v0, v0 + DVT) of the state of one (sequence, value
+// head): columns are independent in the recurrence, so the V split is exact. The kernel is bound
+// by moving the state (read once, written once), so everything is arranged around that:
+//
+// * No shared-memory tile: each state thread keeps, in registers, exactly the NU = K / 16 units of
+//   4 contiguous state elements that it loads (one 16-byte f32 or 8-byte 16-bit access per unit),
+//   computes on them in that arrangement and stores them back from there. Unit u = tid + DTH * i
+//   (i < NU) of the tile is
+//     kv ([.., K, V], V contiguous): row d = u / 8, columns 4 * (u % 8) .. + 3;
+//         a warp access covers 4 rows x 32 columns (whole 128-byte lines in f32);
+//     vk ([.., V, K], K contiguous): column u / (K / 4), rows 4 * (u % (K / 4)) .. + 3;
+//         the tile is one contiguous block and a warp access covers 512 contiguous bytes.
+//   A state thread issues all NU loads first and holds nothing else meanwhile; at most 64
+//   registers so that 6 blocks (24 state warps, 96 KB of f32 state in flight) share a
+//   multiprocessor.
+// * The token warp computes each token's inputs (k and q L2-normalised, k . q, the decay factors,
+//   the v tile, beta) into a double-buffered shared block, with all its loads in flight before the
+//   first conversion: the first token while the state loads are in flight, token t + 1 while the
+//   state warps run token t. One block barrier per token (none after the last) publishes a buffer
+//   and frees the other.
+// * Per token the two reductions over K (S^T k and S^T q of the decayed state) run together:
+//   with S' = S + k u^T the read-out is S'^T q = S^T q + u (k . q), so the output needs no second
+//   pass over the updated state. kv: a thread holds rows r + 16 i of 4 columns; it sums over its
+//   rows, a two-step shuffle reduce-scatter sums over the 4 row lanes of a warp, and the 4 warps'
+//   partial sums meet in shared memory (named barrier 1, state warps only). vk: a thread holds 4
+//   rows of NU columns; a shuffle reduce-scatter over the K / 4 lanes of a column leaves each
+//   column's sums on 4 lanes, which compute u and the output; u is gathered back with NU shuffles.
+//
+// Pool rows come from state_indices; index -1 (or no initial state) starts from zeros and, for
+// the final state, writes nothing. Checkpoints and the final state are stored from registers with
+// evict-first (streaming) stores.
 
 #ifndef HEAD_K
 #error "HEAD_K must be defined (-DHEAD_K=...)"
@@ -18,204 +44,363 @@
 constexpr int KD = HEAD_K;
 constexpr int VD = HEAD_V;
 constexpr int DVT = 32;
-constexpr int DTH = 128;
-constexpr int DP = DTH / DVT;
-constexpr int DJ = KD / DP;
+constexpr int DTH = 128;       // state threads (warps 0 .. DW - 1)
+constexpr int DW = DTH / 32;
+constexpr int NTH = DTH + 32;  // plus one token-input warp
+constexpr int NU = KD * DVT / 4 / DTH; // units of 4 state elements per thread (= KD / 16)
+constexpr int KL = KD / 4;             // vk: lanes that share one state column
 static_assert(KD == 32 || KD == 64 || KD == 128, "HEAD_K must be 32, 64 or 128");
 static_assert(VD == 32 || VD == 64 || VD == 128, "HEAD_V must be 32, 64 or 128");
+static_assert(NU * 4 == KL, "vk: each column's reduction leaves its sum on 4 lanes");
 
-// Tile [KD][DVT + 1] f32 <-> state slot `slot` (columns v0..v0+DVT) in global memory. Each thread
-// moves U units of 4 elements (one 16-byte f32 or 8-byte 16-bit access); all loads are issued
-// before the first shared store.
-constexpr int TU = KD * DVT / 4 / DTH;
-__device__ __forceinline__ void unit_pos(int layout, int u, int v0, int& d, int& e, i64& o) {
-    if (layout == LAYOUT_KV) {
-        d = u / (DVT / 4);
-        e = (u % (DVT / 4)) * 4;
-        o = (i64)d * VD + v0 + e;
+struct DecodeSmem {
+    float k[2][KD];
+    float q[2][KD];
+    float dec[2][KD]; // gdn: [0] only
+    float v[2][DVT];
+    float beta[2], kq[2];
+    float pad[4];
+    float red[2][DW][DVT]; // kv: per-warp partial sums of S^T k ([0]) and S^T q ([1])
+};
+
+// Offset (elements) of this thread's unit 0 inside one state, and the distance between its units.
+template <int L>
+__device__ __forceinline__ int unit_base(int tid, int v0) {
+    return L == LAYOUT_KV ? (tid >> 3) * VD + v0 + 4 * (tid & 7) : v0 * KD + 4 * tid;
+}
+template <int L>
+__device__ __forceinline__ constexpr int unit_stride() {
+    return L == LAYOUT_KV ? (DTH / 8) * VD : 4 * DTH;
+}
+
+// Issues the NU loads of this thread's units of state slot `slot` (raw bits; f32: 4 words per
+// unit, 16-bit: 2 words).
+template <int L>
+__device__ __forceinline__ void state_issue(const void* base, int dt, i64 slot, int tid, int v0,
+                                            u32 (&raw)[NU][4]) {
+    const i64 off = slot * (KD * VD) + unit_base<L>(tid, v0);
+    if (dt == DT_F32) {
+        const float* src = (const float*)base + off;
+#pragma unroll
+        for (int i = 0; i < NU; ++i) {
+            const uint4 w = *(const uint4*)(src + i * unit_stride<L>());
+            raw[i][0] = w.x;
+            raw[i][1] = w.y;
+            raw[i][2] = w.z;
+            raw[i][3] = w.w;
+        }
     } else {
-        e = u / (KD / 4);
-        d = (u % (KD / 4)) * 4;
-        o = (i64)(v0 + e) * KD + d;
+        const u16* src = (const u16*)base + off;
+#pragma unroll
+        for (int i = 0; i < NU; ++i) {
+            const uint2 w = *(const uint2*)(src + i * unit_stride<L>());
+            raw[i][0] = w.x;
+            raw[i][1] = w.y;
+        }
     }
 }
-// `mid()` runs between issuing the loads and storing them (other loads overlap with these).
-template <class Mid>
-__device__ __forceinline__ void tile_load(const Params& p, float (*S)[DVT + 1], const void* base,
-                                          int dt, i64 slot, int v0, Mid&& mid) {
-    const int tid = threadIdx.x;
-    if (base == nullptr || slot < 0) {
-        mid();
-        for (int idx = tid; idx < KD * DVT; idx += DTH) S[idx / DVT][idx % DVT] = 0.0f;
-        return;
+__device__ __forceinline__ void state_convert(int dt, const u32 (&raw)[NU][4], float (&s)[NU][4]) {
+    if (dt == DT_F32) {
+#pragma unroll
+        for (int i = 0; i < NU; ++i)
+#pragma unroll
+            for (int z = 0; z < 4; ++z) s[i][z] = __uint_as_float(raw[i][z]);
+    } else if (dt == DT_BF16) {
+#pragma unroll
+        for (int i = 0; i < NU; ++i)
+#pragma unroll
+            for (int z = 0; z < 4; ++z) s[i][z] = bf16_to_f32((u16)(raw[i][z >> 1] >> (16 * (z & 1))));
+    } else {
+#pragma unroll
+        for (int i = 0; i < NU; ++i)
+#pragma unroll
+            for (int z = 0; z < 4; ++z) s[i][z] = f16_to_f32((u16)(raw[i][z >> 1] >> (16 * (z & 1))));
     }
-    const i64 off = slot * KD * VD;
-    with_dt(dt, [&](auto D) {
-        constexpr int DT = decltype(D)::value;
-        float x[TU][4];
+}
+
+__device__ __forceinline__ void st_cs_f4(float* p, float a, float b, float c, float d) {
+    asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d));
+}
+__device__ __forceinline__ void st_cs_u2(u16* p, u32 a, u32 b) {
+    asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b));
+}
+// Stores this thread's units into state slot `slot` (same arrangement as `state_issue`).
+template <int L>
+__device__ __forceinline__ void state_store(void* base, int dt, i64 slot, int tid, int v0,
+                                            const float (&s)[NU][4]) {
+    const i64 off = slot * (KD * VD) + unit_base<L>(tid, v0);
+    if (dt == DT_F32) {
+        float* dst = (float*)base + off;
 #pragma unroll
-        for (int m = 0; m < TU; ++m) {
-            int d, e;
-            i64 o;
-            unit_pos(p.layout, tid + DTH * m, v0, d, e, o);
-            if (DT == DT_F32) {
-                const float4 w = *(const float4*)((const float*)base + off + o);
-                x[m][0] = w.x; x[m][1] = w.y; x[m][2] = w.z; x[m][3] = w.w;
-            } else {
-                const uint2 w = *(const uint2*)((const u16*)base + off + o);
-                const u16 hs[4] = {(u16)(w.x & 0xffffu), (u16)(w.x >> 16), (u16)(w.y & 0xffffu), (u16)(w.y >> 16)};
+        for (int i = 0; i < NU; ++i) st_cs_f4(dst + i * unit_stride<L>(), s[i][0], s[i][1], s[i][2], s[i][3]);
+    } else {
+        u16* dst = (u16*)base + off;
+        const bool bf = dt == DT_BF16;
 #pragma unroll
-                for (int z = 0; z < 4; ++z) x[m][z] = DT == DT_BF16 ? bf16_to_f32(hs[z]) : f16_to_f32(hs[z]);
-            }
+        for (int i = 0; i < NU; ++i) {
+            u32 h[4];
+#pragma unroll
+            for (int z = 0; z < 4; ++z) h[z] = bf ? (u32)f32_to_bf16(s[i][z]) : (u32)f32_to_f16(s[i][z]);
+            st_cs_u2(dst + i * unit_stride<L>(), h[0] | (h[1] << 16), h[2] | (h[3] << 16));
         }
-        mid();
+    }
+}
+
+constexpr int ilog2c(int x) { return x <= 1 ? 0 : 1 + ilog2c(x / 2); }
+// Sums a[] and b[] (N values each) over the lanes that differ only in lane bits MHI, MHI / 2, ...,
+// MLO (powers of two). Halving steps first (at mask m the lane with the bit set keeps the upper
+// half and receives its partner's upper half), then butterfly steps on the one value left. The
+// result, in a[0] and b[0], is the sum of entry (lane / (2 * MHI / N)) % N, bit-identical on every
+// lane that holds the same entry.
+template <int N, int MHI, int MLO>
+__device__ __forceinline__ void reduce_scatter2(float (&a)[N], float (&b)[N], int lane) {
+    constexpr int HALV = ilog2c(N);
+    constexpr int STEPS = ilog2c(MHI / MLO) + 1;
+    static_assert(HALV <= STEPS, "more entries than lanes");
 #pragma unroll
-        for (int m = 0; m < TU; ++m) {
-            int d, e;
-            i64 o;
-            unit_pos(p.layout, tid + DTH * m, v0, d, e, o);
+    for (int st = 0; st < HALV; ++st) {
+        const int m = MHI >> st;
+        const int n = N >> (st + 1);
+        const bool hi = (lane & m) != 0;
+#pragma unroll
+        for (int j = 0; j < n; ++j) {
+            const float sa = hi ? a[j] : a[j + n], sb = hi ? b[j] : b[j + n];
+            const float ka = hi ? a[j + n] : a[j], kb = hi ? b[j + n] : b[j];
+            a[j] = ka + __shfl_xor_sync(0xffffffffu, sa, m);
+            b[j] = kb + __shfl_xor_sync(0xffffffffu, sb, m);
+        }
+    }
+#pragma unroll
+    for (int st = HALV; st < STEPS; ++st) {
+        const int m = MHI >> st;
+        a[0] += __shfl_xor_sync(0xffffffffu, a[0], m);
+        b[0] += __shfl_xor_sync(0xffffffffu, b[0], m);
+    }
+}
+
+// Raw bits of element i of a float tensor of dtype dt (f32: the word, 16-bit: the half in the low
+// bits), so that loads of any dtype can all be in flight before the first conversion.
+__device__ __forceinline__ u32 ld_bits(const void* p, i64 i, int dt) {
+    return dt == DT_F32 ? ((const u32*)p)[i] : (u32)((const u16*)p)[i];
+}
+__device__ __forceinline__ float bits_f32(u32 x, int dt) {
+    return dt == DT_F32 ? __uint_as_float(x) : dt == DT_BF16 ? __uint_as_float(x << 16) : f16_to_f32((u16)x);
+}
+
+// One token's inputs into buffer `b` of the shared block, by the token warp alone: k and q
+// (L2-normalised), k . q, the decay factors (gdn: [0]), the v tile and beta. Every load is issued
+// before the first conversion.
+template <bool KDA>
+__device__ __forceinline__ void load_token(const Params& p, DecodeSmem& sm, int t, int b, int h,
+                                           int hv, int v0) {
+    constexpr int J = KD / 32;
+    constexpr int GJ = KDA ? J : 1;
+    const int lane = threadIdx.x & 31;
+    const i64 qk0 = ((i64)t * p.H + h) * KD + lane;
+    const i64 th = (i64)t * p.HV + hv;
+    u32 rk[J], rq[J], rg[GJ];
+    float bias[GJ];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        rk[j] = ld_bits(p.k, qk0 + 32 * j, p.qkv_dt);
+        rq[j] = ld_bits(p.q, qk0 + 32 * j, p.qkv_dt);
+    }
+    const u32 rv = ld_bits(p.v, th * VD + v0 + lane, p.qkv_dt);
+    const u32 rb = ld_bits(p.beta, th, p.beta_dt);
+#pragma unroll
+    for (int j = 0; j < GJ; ++j) {
+        rg[j] = ld_bits(p.g, KDA ? th * KD + lane + 32 * j : th, p.g_dt);
+        bias[j] = gate_bias(p, KDA ? hv * KD + lane + 32 * j : hv);
+    }
+    const float a = gate_a(p, hv);
+    float xk[J], xq[J];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        xk[j] = bits_f32(rk[j], p.qkv_dt);
+        xq[j] = bits_f32(rq[j], p.qkv_dt);
+    }
+    float rnk = 1.0f, rnq = 1.0f;
+    if (p.l2norm) {
+        float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            sk += xk[j] * xk[j];
+            sq += xq[j] * xq[j];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            sk += __shfl_xor_sync(0xffffffffu, sk, o);
+            sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        }
+        asm("rsqrt.approx.f32 %0, %1;" : "=f"(rnk) : "f"(sk + 1e-6f));
+        asm("rsqrt.approx.f32 %0, %1;" : "=f"(rnq) : "f"(sq + 1e-6f));
+    }
+    float kq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+        const float kn = xk[j] * rnk, qn = xq[j] * rnq;
+        sm.k[b][lane + 32 * j] = kn;
+        sm.q[b][lane + 32 * j] = qn;
+        kq += kn * qn;
+    }
+    kq = warp_sum(kq);
+    sm.v[b][lane] = bits_f32(rv, p.qkv_dt);
+    if (KDA) {
+#pragma unroll
+        for (int j = 0; j < GJ; ++j) sm.dec[b][lane + 32 * j] = fexp(gate_apply(p, bits_f32(rg[j], p.g_dt), bias[j], a));
+    }
+    if (lane == 0) {
+        if (!KDA) sm.dec[b][0] = fexp(gate_apply(p, bits_f32(rg[0], p.g_dt), bias[0], a));
+        sm.beta[b] = beta_value(p, bits_f32(rb, p.beta_dt));
+        sm.kq[b] = kq;
+    }
+}
+
+// One token on this thread's units (buffer `b` published by a barrier): decay, u, output (stored
+// for the columns this thread is the designated writer of), rank-1 update.
+template <bool KDA, int L>
+__device__ __forceinline__ void token_step(const Params& p, DecodeSmem& sm, int b, int t, int hv,
+                                           int v0, float (&s)[NU][4]) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    if (L == LAYOUT_KV) {
+        // rows r + 16 i, columns 4 cg + z
+        const int r = tid >> 3, cg = tid & 7;
+        const float gd = sm.dec[b][0];
+        float a[4], c[4];
+#pragma unroll
+        for (int z = 0; z < 4; ++z) a[z] = c[z] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NU; ++i) {
+            const int d = r + (DTH / 8) * i;
+            const float kd = sm.k[b][d], qd = sm.q[b][d];
+            const float g = KDA ? sm.dec[b][d] : gd;
 #pragma unroll
             for (int z = 0; z < 4; ++z) {
-                if (p.layout == LAYOUT_KV) S[d][e + z] = x[m][z];
-                else S[d + z][e] = x[m][z];
+                s[i][z] *= g;
+                a[z] += s[i][z] * kd;
+                c[z] += s[i][z] * qd;
             }
         }
-    });
+        // sums over the warp's 4 row lanes (lane bits 4, 3): column 4 cg + (lane >> 3)
+        reduce_scatter2<4, 16, 8>(a, c, lane);
+        sm.red[0][warp][4 * cg + (lane >> 3)] = a[0];
+        sm.red[1][warp][4 * cg + (lane >> 3)] = c[0];
+        // the state warps only (barrier 1); buffer b stays valid until the token barrier
+        asm volatile("bar.sync 1, %0;" ::"n"(DTH) : "memory");
+        float4 kv = *(const float4*)&sm.red[0][0][4 * cg];
+#pragma unroll
+        for (int w = 1; w < DW; ++w) {
+            const float4 x = *(const float4*)&sm.red[0][w][4 * cg];
+            kv.x += x.x; kv.y += x.y; kv.z += x.z; kv.w += x.w;
+        }
+        const float4 v4 = *(const float4*)&sm.v[b][4 * cg];
+        const float beta = sm.beta[b];
+        const float u[4] = {beta * (v4.x - kv.x), beta * (v4.y - kv.y), beta * (v4.z - kv.z), beta * (v4.w - kv.w)};
+        if (tid < 8) {
+            float4 sq = *(const float4*)&sm.red[1][0][4 * cg];
+#pragma unroll
+            for (int w = 1; w < DW; ++w) {
+                const float4 y = *(const float4*)&sm.red[1][w][4 * cg];
+                sq.x += y.x; sq.y += y.y; sq.z += y.z; sq.w += y.w;
+            }
+            const float os[4] = {sq.x, sq.y, sq.z, sq.w}, kq = sm.kq[b];
+            const i64 orow = ((i64)t * p.HV + hv) * VD + v0 + 4 * cg;
+#pragma unroll
+            for (int z = 0; z < 4; ++z) st_f(p.o, orow + z, p.out_dt, p.scale * (os[z] + u[z] * kq));
+        }
+#pragma unroll
+        for (int i = 0; i < NU; ++i) {
+            const float kd = sm.k[b][r + (DTH / 8) * i];
+#pragma unroll
+            for (int z = 0; z < 4; ++z) s[i][z] += kd * u[z];
+        }
+    } else {
+        // rows 4 dg + z, columns (tid + DTH i) / KL
+        const int dg = lane & (KL - 1);
+        const float4 k4 = *(const float4*)&sm.k[b][4 * dg], q4 = *(const float4*)&sm.q[b][4 * dg];
+        float4 g4;
+        if (KDA) g4 = *(const float4*)&sm.dec[b][4 * dg];
+        else g4.x = g4.y = g4.z = g4.w = sm.dec[b][0];
+        const float kk[4] = {k4.x, k4.y, k4.z, k4.w}, qq[4] = {q4.x, q4.y, q4.z, q4.w};
+        const float gg[4] = {g4.x, g4.y, g4.z, g4.w};
+        float a[NU], c[NU];
+#pragma unroll
+        for (int i = 0; i < NU; ++i) {
+            a[i] = c[i] = 0.0f;
+#pragma unroll
+            for (int z = 0; z < 4; ++z) {
+                s[i][z] *= gg[z];
+                a[i] += s[i][z] * kk[z];
+                c[i] += s[i][z] * qq[z];
+            }
+        }
+        // sums over the KL lanes of a column: unit dg / 4, on lanes 4 (dg / 4) .. + 3
+        reduce_scatter2<NU, KL / 2, 1>(a, c, lane);
+        const int col = (tid + DTH * (dg >> 2)) / KL;
+        const float um = sm.beta[b] * (sm.v[b][col] - a[0]);
+        if ((dg & 3) == 0) st_f(p.o, ((i64)t * p.HV + hv) * VD + v0 + col, p.out_dt, p.scale * (c[0] + um * sm.kq[b]));
+        const int src = lane & ~(KL - 1);
+#pragma unroll
+        for (int i = 0; i < NU; ++i) {
+            const float u = __shfl_sync(0xffffffffu, um, src + 4 * i);
+#pragma unroll
+            for (int z = 0; z < 4; ++z) s[i][z] += kk[z] * u;
+        }
+    }
 }
-__device__ __forceinline__ u16 to_half_bits(float x, int dt) {
-    return dt == DT_BF16 ? f32_to_bf16(x) : f32_to_f16(x);
-}
-__device__ __forceinline__ void tile_store(const Params& p, float (*S)[DVT + 1], void* base, int dt,
-                                           i64 slot, int v0) {
+
+template <bool KDA, int L>
+__device__ __forceinline__ void recurrent_layout(const Params& p, DecodeSmem& sm) {
     const int tid = threadIdx.x;
-    const i64 off = slot * KD * VD;
-    with_dt(dt, [&](auto D) {
-        constexpr int DT = decltype(D)::value;
+    const bool state_warp = tid < DTH; // warp-uniform: warp DW is the token warp
+    const int v0 = blockIdx.x * DVT, hv = blockIdx.y, n = blockIdx.z;
+    const int h = hv / p.group;
+    // token indices fit in int (Params::T is an int)
+    const int bos = (int)ld_i(p.cu_seqlens, n, p.off_dt), eos = (int)ld_i(p.cu_seqlens, n + 1, p.off_dt);
+    float s[NU][4];
+    if (state_warp) {
+        const i64 rin = initial_row(p, n);
+        if (p.state_in != nullptr && rin >= 0) {
+            u32 raw[NU][4];
+            state_issue<L>(p.state_in, p.s_in_dt, rin * p.HV + hv, tid, v0, raw);
+            state_convert(p.s_in_dt, raw, s);
+        } else {
 #pragma unroll
-        for (int m = 0; m < TU; ++m) {
-            int d, e;
-            i64 o;
-            unit_pos(p.layout, tid + DTH * m, v0, d, e, o);
-            float x[4];
+            for (int i = 0; i < NU; ++i)
 #pragma unroll
-            for (int z = 0; z < 4; ++z) x[z] = p.layout == LAYOUT_KV ? S[d][e + z] : S[d + z][e];
-            if (DT == DT_F32) {
-                *(float4*)((float*)base + off + o) = make_float4(x[0], x[1], x[2], x[3]);
-            } else {
-                uint2 w;
-                w.x = (u32)to_half_bits(x[0], DT) | ((u32)to_half_bits(x[1], DT) << 16);
-                w.y = (u32)to_half_bits(x[2], DT) | ((u32)to_half_bits(x[3], DT) << 16);
-                *(uint2*)((u16*)base + off + o) = w;
-            }
+                for (int z = 0; z < 4; ++z) s[i][z] = 0.0f;
         }
-    });
+    } else if (bos < eos) {
+        // the first token's inputs load while the state is in flight
+        load_token<KDA>(p, sm, bos, 0, h, hv, v0);
+    }
+    __syncthreads();
+    for (int t = bos; t < eos; ++t) {
+        // Token inputs alternate between two buffers: while the state warps run token t from
+        // buffer b, the token warp fills the other one with token t + 1; the barrier at the end
+        // of the token publishes it and frees buffer b (every state thread has finished with it).
+        const int b = (t - bos) & 1;
+        if (state_warp) {
+            token_step<KDA, L>(p, sm, b, t, hv, v0, s);
+            const int pos = t - bos + 1;
+            if (p.ck_every > 0 && pos % p.ck_every == 0) {
+                const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
+                state_store<L>(p.checkpoints, p.s_out_dt, slot, tid, v0, s);
+            }
+        } else if (t + 1 < eos) {
+            load_token<KDA>(p, sm, t + 1, b ^ 1, h, hv, v0);
+        }
+        if (t + 1 < eos) __syncthreads();
+    }
+    if (state_warp) {
+        const i64 rout = final_row(p, n);
+        if (rout >= 0) state_store<L>(p.state_out, p.s_out_dt, rout * p.HV + hv, tid, v0, s);
+    }
 }
 
 template <bool KDA>
-__device__ void recurrent(const Params& p) {
-    __shared__ float S[KD][DVT + 1];
-    __shared__ float ks[KD], qs[KD], dec[KD], vs[DVT];
-    __shared__ float bsh;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int v0 = blockIdx.x * DVT, hv = blockIdx.y, n = blockIdx.z;
-    const int h = hv / p.group;
-    const int col = tid / DP, pp = tid % DP;
-    const i64 bos = ld_i(p.cu_seqlens, n, p.off_dt), eos = ld_i(p.cu_seqlens, n + 1, p.off_dt);
-    // One token's inputs into shared memory: k and q (L2-normalised), the decay factors, the v
-    // tile and beta (one role per warp).
-    auto load_token = [&](i64 t) {
-            if (warp < 2) {
-                const void* src = warp == 0 ? p.k : p.q;
-                float* dst = warp == 0 ? ks : qs;
-                with_dt(p.qkv_dt, [&](auto D) {
-                    constexpr int DT = decltype(D)::value;
-                    float x[KD / 32];
-                    float ss = 0.0f;
-#pragma unroll
-                    for (int j = 0; j < KD / 32; ++j) x[j] = ldt<DT>(src, ((i64)t * p.H + h) * KD + lane + 32 * j);
-#pragma unroll
-                    for (int j = 0; j < KD / 32; ++j) ss += x[j] * x[j];
-                    float r = 1.0f;
-                    if (p.l2norm) {
-                        float y;
-                        asm("rsqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(warp_sum(ss) + 1e-6f));
-                        r = y;
-                    }
-#pragma unroll
-                    for (int j = 0; j < KD / 32; ++j) dst[lane + 32 * j] = x[j] * r;
-                });
-            } else if (warp == 2) {
-                with_dt(p.g_dt, [&](auto D) {
-                    constexpr int DT = decltype(D)::value;
-                    float x[KD / 32], b[KD / 32];
-#pragma unroll
-                    for (int j = 0; j < KD / 32; ++j) {
-                        const int d = lane + 32 * j;
-                        x[j] = KDA ? ldt<DT>(p.g, ((i64)t * p.HV + hv) * KD + d) : ldt<DT>(p.g, (i64)t * p.HV + hv);
-                        b[j] = gate_bias(p, KDA ? hv * KD + d : hv);
-                    }
-                    const float a = gate_a(p, hv);
-#pragma unroll
-                    for (int j = 0; j < KD / 32; ++j) dec[lane + 32 * j] = fexp(gate_apply(p, x[j], b[j], a));
-                });
-            } else {
-                float vv = 0.0f, bb = 0.0f;
-                with_dt(p.qkv_dt, [&](auto D) {
-                    vv = ldt<decltype(D)::value>(p.v, ((i64)t * p.HV + hv) * VD + v0 + lane);
-                });
-                if (lane == 0) bb = ld_f(p.beta, (i64)t * p.HV + hv, p.beta_dt);
-                vs[lane] = vv;
-                if (lane == 0) bsh = beta_value(p, bb);
-            }
-    };
-    const i64 rin = initial_row(p, n);
-    tile_load(p, S, p.state_in, p.s_in_dt, rin < 0 ? -1 : rin * p.HV + hv, v0, [&]() {
-        if (bos < eos) load_token(bos);
-    });
-    __syncthreads();
-    float s[DJ];
-#pragma unroll
-    for (int j = 0; j < DJ; ++j) s[j] = S[j * DP + pp][col];
-    for (i64 t = bos; t < eos; ++t) {
-        if (t > bos) {
-            load_token(t);
-            __syncthreads();
-        }
-        float kv = 0.0f;
-#pragma unroll
-        for (int j = 0; j < DJ; ++j) {
-            const int d = j * DP + pp;
-            s[j] *= dec[d];
-            kv += s[j] * ks[d];
-        }
-#pragma unroll
-        for (int o = 1; o < DP; o <<= 1) kv += __shfl_xor_sync(0xffffffffu, kv, o);
-        const float u = bsh * (vs[col] - kv);
-        float os = 0.0f;
-#pragma unroll
-        for (int j = 0; j < DJ; ++j) {
-            const int d = j * DP + pp;
-            s[j] += ks[d] * u;
-            os += s[j] * qs[d];
-        }
-#pragma unroll
-        for (int o = 1; o < DP; o <<= 1) os += __shfl_xor_sync(0xffffffffu, os, o);
-        if (pp == 0) st_f(p.o, ((i64)t * p.HV + hv) * VD + v0 + col, p.out_dt, p.scale * os);
-        const i64 pos = t - bos + 1;
-        if (p.ck_every > 0 && pos % p.ck_every == 0) {
-#pragma unroll
-            for (int j = 0; j < DJ; ++j) S[j * DP + pp][col] = s[j];
-            __syncthreads();
-            const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
-            tile_store(p, S, p.checkpoints, p.s_out_dt, slot, v0);
-        }
-        __syncthreads();
-    }
-    const i64 rout = final_row(p, n);
-    if (rout >= 0) {
-#pragma unroll
-        for (int j = 0; j < DJ; ++j) S[j * DP + pp][col] = s[j];
-        __syncthreads();
-        tile_store(p, S, p.state_out, p.s_out_dt, rout * p.HV + hv, v0);
-    }
+__device__ __forceinline__ void recurrent(const Params& p) {
+    __shared__ __align__(16) DecodeSmem sm;
+    if (p.layout == LAYOUT_KV) recurrent_layout<KDA, LAYOUT_KV>(p, sm);
+    else recurrent_layout<KDA, LAYOUT_VK>(p, sm);
 }

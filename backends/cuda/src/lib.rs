@@ -333,8 +333,9 @@ impl CudaBackend {
             }
             Kernel::Recurrent => {
                 let name = format!("{prefix}_decode_recurrent");
+                // 4 state warps + 1 token-input warp (NTH in kernels/decode.cuh)
                 let vt = (p.v / 32) as u32;
-                launch_one(&main, &name, (vt, hv, n), 128, 0, stream, &prm)?;
+                launch_one(&main, &name, (vt, hv, n), 160, 0, stream, &prm)?;
             }
             other => {
                 return Err(Error::unsupported(
