@@ -20,7 +20,15 @@ extern "C" __global__ void __launch_bounds__(SNW * 32, 1) gdn_prefill_state(cons
     smallbh_state<false>(p);
 }
 
+// small-bh stage 2, 16-column variant for few (sequence, value head) pairs. grid (V / 16, HV, N),
+// SNW16 * 32 threads, shared SLayT<16>::TOTAL.
+extern "C" __global__ void __launch_bounds__(SNW16 * 32, 1) gdn_prefill_state16(const Params p) {
+    smallbh_state<false, SVT16, SNW16>(p);
+}
+
 // Sizes the host reads once per loaded module (cuModuleGetGlobal): dynamic shared memory of the
 // fused kernel, of the small-bh state kernel, the workspace block per (chunk, head), and the
-// dynamic shared memory of the small-bh intra kernel, and the threads of the small-bh state kernel.
-extern "C" __device__ int gdn_prefill_sizes[5] = {Lay<false>::TOTAL, SLay::TOTAL, WLay::BLOCK, Lay<false, true>::TOTAL, SNW * 32};
+// dynamic shared memory of the small-bh intra kernel, the threads of the small-bh state kernel,
+// and the dynamic shared memory and threads of its 16-column variant.
+extern "C" __device__ int gdn_prefill_sizes[7] = {Lay<false>::TOTAL, SLay::TOTAL, WLay::BLOCK, Lay<false, true>::TOTAL, SNW * 32,
+                                              SLayT<SVT16>::TOTAL, SNW16 * 32};

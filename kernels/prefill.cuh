@@ -310,11 +310,12 @@ struct Lay<true, DIRECT> {
     static_assert(TMP + 3 * 16 * 17 * 4 <= SLF, "T and the merge scratch fit over Γ");
 };
 
-// Shared memory of the small-bh state pass: two stages of what one chunk needs (W, q̃, k̃ [64][KP],
-// P [64][CP], U [64][UST] f32, e^Γlast), then two Sb [KD][SVT + 8] (chunk parity) and V_new
-// [64][SVT + 8].
-struct SLay {
-    static constexpr int UST = SVT + 8;
+// Shared memory of the small-bh state pass for V tiles of VT columns: two stages of what one
+// chunk needs (W, q̃, k̃ [64][KP], P [64][CP], U [64][UST] f32, e^Γlast), then two Sb [KD][VT + 8]
+// (chunk parity) and V_new [64][VT + 8].
+template <int VT>
+struct SLayT {
+    static constexpr int UST = VT + 8;
     static constexpr int W = 0;
     static constexpr int Q = W + 64 * KP * 2;
     static constexpr int KT = Q + 64 * KP * 2;
@@ -323,11 +324,16 @@ struct SLay {
     static constexpr int GL = U + 64 * UST * 4;
     static constexpr int STAGE = align16(GL + KD * 4);
     static constexpr int SB = 2 * STAGE;
-    static constexpr int SBN = KD * (SVT + 8);               // elements of one Sb
+    static constexpr int SBN = KD * (VT + 8);               // elements of one Sb
     static constexpr int VNT = SB + 2 * SBN * 2;
-    static constexpr int TOTAL = VNT + 64 * (SVT + 8) * 2;
+    static constexpr int TOTAL = VNT + 64 * (VT + 8) * 2;
     static_assert(TOTAL <= 232448, "shared memory of the small-bh state pass");
 };
+typedef SLayT<SVT> SLay;
+// The narrow variant (16-column V tiles, twice the CTAs) for problems with few (sequence, value
+// head) pairs, where the 32-column pass leaves SMs idle.
+constexpr int SVT16 = 16;
+constexpr int SNW16 = KD >= 64 ? 8 : 4;
 
 // Workspace block of one (chunk row, value head), written by the intra kernel (no padding).
 struct WLay {
@@ -1088,28 +1094,31 @@ __device__ __forceinline__ void prefetch_l2(const void* g, u32 bytes) {
 // HBM latency every chunk with one chunk of lookahead; see bench/NOTES.md).
 constexpr int SPF = 4;
 
-// Loads chunk row `rr` of value head hv (V columns [v0, v0 + SVT)) into stage `st` with cp.async.
+// Loads chunk row `rr` of value head hv (V columns [v0, v0 + VT)) into stage `st` with cp.async
+// (NW warps).
+template <int VT, int NW>
 __device__ __forceinline__ void smallbh_fetch(const Params& p, char* st, i64 rr, int hv, int v0) {
+    typedef SLayT<VT> SL;
     const int tid = threadIdx.x;
     const char* src = (const char*)p.work + (rr * p.HV + hv) * WLay::BLOCK;
-    for (int u = tid; u < ((PROBE & 1) ? 0 : 64 * (KD / 8)); u += SNW * 32) {
+    for (int u = tid; u < ((PROBE & 1) ? 0 : 64 * (KD / 8)); u += NW * 32) {
         const int r = u / (KD / 8), q = u % (KD / 8);
-        cp_async16(st + SLay::W + r * KP * 2 + q * 16, src + WLay::W + r * KD * 2 + q * 16);
-        cp_async16(st + SLay::Q + r * KP * 2 + q * 16, src + WLay::Q + r * KD * 2 + q * 16);
-        cp_async16(st + SLay::KT + r * KP * 2 + q * 16, src + WLay::KT + r * KD * 2 + q * 16);
+        cp_async16(st + SL::W + r * KP * 2 + q * 16, src + WLay::W + r * KD * 2 + q * 16);
+        cp_async16(st + SL::Q + r * KP * 2 + q * 16, src + WLay::Q + r * KD * 2 + q * 16);
+        cp_async16(st + SL::KT + r * KP * 2 + q * 16, src + WLay::KT + r * KD * 2 + q * 16);
     }
-    for (int u = tid; u < 64 * 8; u += SNW * 32) {
+    for (int u = tid; u < 64 * 8; u += NW * 32) {
         const int r = u >> 3, q = u & 7;
-        cp_async16(st + SLay::P + r * CP * 2 + q * 16, src + WLay::P + r * 128 + q * 16);
+        cp_async16(st + SL::P + r * CP * 2 + q * 16, src + WLay::P + r * 128 + q * 16);
     }
-    for (int u = tid; u < 64 * (SVT / 4); u += SNW * 32) {
-        const int r = u / (SVT / 4), q = u % (SVT / 4);
-        cp_async16(st + SLay::U + r * SLay::UST * 4 + q * 16, src + WLay::U + (r * VD + v0) * 4 + q * 16);
+    for (int u = tid; u < 64 * (VT / 4); u += NW * 32) {
+        const int r = u / (VT / 4), q = u % (VT / 4);
+        cp_async16(st + SL::U + r * SL::UST * 4 + q * 16, src + WLay::U + (r * VD + v0) * 4 + q * 16);
     }
-    for (int u = tid; u < KD / 4; u += SNW * 32) cp_async16(st + SLay::GL + u * 16, src + WLay::GL + u * 16);
+    for (int u = tid; u < KD / 4; u += NW * 32) cp_async16(st + SL::GL + u * 16, src + WLay::GL + u * 16);
 }
 
-// State kernel: grid (VD / SVT, HV, N), SNW warps, dynamic shared memory SLay::TOTAL. Walks the
+// State kernel: grid (VD / VT, HV, N), NW warps, dynamic shared memory SLayT<VT>::TOTAL. Walks the
 // chunks of one (sequence, value head) for one V tile, with the next chunk's workspace block
 // loaded by cp.async while the current one is used (double buffer). Two barriers per chunk: (1)
 // after this chunk's data has landed and Sb is written (every warp is then past the previous
@@ -1118,43 +1127,44 @@ __device__ __forceinline__ void smallbh_fetch(const Params& p, char* st, i64 rr,
 // chunk parity: a warp writing chunk c + 1's Sb has passed barrier (2) of chunk c, so every warp
 // has finished chunk c - 1, the last reader of that buffer; slower warps may still be reading
 // chunk c's Sb, which is the other buffer.
-template <bool KDA>
+template <bool KDA, int VT = SVT, int NW = SNW>
 __device__ void smallbh_state(const Params& p) {
+    typedef SLayT<VT> SL;
     extern __shared__ __align__(16) char sm[];
-    typedef Tiles<KD, SVT, SNW> TS;
-    const int v0 = blockIdx.x * SVT, hv = blockIdx.y, n = blockIdx.z;
+    typedef Tiles<KD, VT, NW> TS;
+    const int v0 = blockIdx.x * VT, hv = blockIdx.y, n = blockIdx.z;
     float accS[TS::PER][4];
-    load_state<SVT, SNW>(p, accS, p.state_in, p.s_in_dt,
+    load_state<VT, NW>(p, accS, p.state_in, p.s_in_dt,
                          initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, v0);
     const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
     const int len = (int)(eos - bos);
     const int r0 = p.chunk_offsets[n];
     const int nch = p.chunk_offsets[n + 1] - r0;
-    u16* Vn = (u16*)(sm + SLay::VNT);
-    if (nch > 0) smallbh_fetch(p, sm, r0, hv, v0);
+    u16* Vn = (u16*)(sm + SL::VNT);
+    if (nch > 0) smallbh_fetch<VT, NW>(p, sm, r0, hv, v0);
     cp_async_commit();
     if (threadIdx.x == 0)
         for (int c = 1; c <= SPF && c < nch; ++c)
             prefetch_l2((const char*)p.work + ((i64)(r0 + c) * p.HV + hv) * WLay::BLOCK, WLay::BLOCK);
     for (int c = 0; c < nch; ++c) {
-        u16* Sb = (u16*)(sm + SLay::SB) + (c & 1) * SLay::SBN;
+        u16* Sb = (u16*)(sm + SL::SB) + (c & 1) * SL::SBN;
         cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)
-        write_sb<SVT, SNW>(accS, Sb);
+        write_sb<VT, NW>(accS, Sb);
         __syncthreads();     // (1)
         // stage (c + 1) & 1 was last read in chunk c - 1, which every warp has finished
-        if (c + 1 < nch) smallbh_fetch(p, sm + ((c + 1) & 1) * SLay::STAGE, r0 + c + 1, hv, v0);
+        if (c + 1 < nch) smallbh_fetch<VT, NW>(p, sm + ((c + 1) & 1) * SL::STAGE, r0 + c + 1, hv, v0);
         cp_async_commit();
         if (threadIdx.x == 0 && c + 1 + SPF < nch)
             prefetch_l2((const char*)p.work + ((i64)(r0 + c + 1 + SPF) * p.HV + hv) * WLay::BLOCK, WLay::BLOCK);
-        const char* st = sm + (c & 1) * SLay::STAGE;
+        const char* st = sm + (c & 1) * SL::STAGE;
         const int t0 = (int)bos + c * CH;
         const int L = imin(CH, len - c * CH);
-        state_chunk<SVT, SNW>(p, accS, (const u16*)(st + SLay::W), (const u16*)(st + SLay::Q),
-                              (const u16*)(st + SLay::KT), (const u16*)(st + SLay::P),
-                              (const float*)(st + SLay::U), SLay::UST,
-                              (const float*)(st + SLay::GL), Sb, Vn, t0, L, hv, v0);
-        if (L == CH) maybe_checkpoint<SVT, SNW>(p, accS, n, hv, (i64)(c + 1) * CH, v0);
+        state_chunk<VT, NW>(p, accS, (const u16*)(st + SL::W), (const u16*)(st + SL::Q),
+                              (const u16*)(st + SL::KT), (const u16*)(st + SL::P),
+                              (const float*)(st + SL::U), SL::UST,
+                              (const float*)(st + SL::GL), Sb, Vn, t0, L, hv, v0);
+        if (L == CH) maybe_checkpoint<VT, NW>(p, accS, n, hv, (i64)(c + 1) * CH, v0);
     }
     const i64 row = final_row(p, n);
-    if (row >= 0) store_state<SVT, SNW>(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, v0);
+    if (row >= 0) store_state<VT, NW>(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, v0);
 }

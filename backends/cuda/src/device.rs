@@ -61,8 +61,9 @@ pub struct Loaded {
     module: sys::CUmodule,
     funcs: Vec<(&'static str, sys::CUfunction)>,
     /// Prefill modules: [fused shared bytes, small-bh state shared bytes, workspace block bytes
-    /// per (chunk, value head), small-bh intra shared bytes, small-bh state threads].
-    pub sizes: [i32; 5],
+    /// per (chunk, value head), small-bh intra shared bytes, small-bh state threads, and the shared
+    /// bytes and threads of the 16-column state variant].
+    pub sizes: [i32; 7],
 }
 
 // SAFETY: module and function handles are plain driver handles, valid in any thread that binds
@@ -106,23 +107,26 @@ pub fn load(
     let mut loaded = Loaded {
         module: m,
         funcs: Vec::new(),
-        sizes: [0; 5],
+        sizes: [0; 7],
     };
     if let Some(sym) = module.sizes_symbol() {
         let c = CString::new(sym).map_err(|e| drv("symbol name", e))?;
-        // SAFETY: the symbol is a 20-byte `int[5]` defined by the module.
+        // SAFETY: the symbol is a 28-byte `int[7]` defined by the module.
         let (ptr, bytes) = unsafe { result::module::get_global(m, c) }
             .map_err(|e| drv(&format!("cuModuleGetGlobal({sym})"), e))?;
-        if bytes != 20 {
-            return Err(drv("size table", format!("{bytes} bytes, expected 20")));
+        if bytes != 28 {
+            return Err(drv("size table", format!("{bytes} bytes, expected 28")));
         }
-        let mut sizes = [0i32; 5];
-        // SAFETY: copies the 20 bytes of the symbol into `sizes` (load time only, not per call).
+        let mut sizes = [0i32; 7];
+        // SAFETY: copies the 28 bytes of the symbol into `sizes` (load time only, not per call).
         unsafe { result::memcpy_dtoh_sync(&mut sizes[..], ptr) }
             .map_err(|e| drv("read size table", e))?;
         loaded.sizes = sizes;
     }
-    let dynamic = loaded.sizes[0].max(loaded.sizes[1]).max(loaded.sizes[3]);
+    let dynamic = loaded.sizes[0]
+        .max(loaded.sizes[1])
+        .max(loaded.sizes[3])
+        .max(loaded.sizes[5]);
     if dynamic > max_smem {
         return Err(Error::unsupported(
             BackendKind::Cuda,

@@ -86,11 +86,13 @@ impl Module {
                 "gdn_prefill_fused",
                 "gdn_prefill_intra",
                 "gdn_prefill_state",
+                "gdn_prefill_state16",
             ],
             Module::KdaPrefill => &[
                 "kda_prefill_fused",
                 "kda_prefill_intra",
                 "kda_prefill_state",
+                "kda_prefill_state16",
             ],
             Module::GdnDecode => &["gdn_decode_recurrent"],
             Module::KdaDecode => &["kda_decode_recurrent"],

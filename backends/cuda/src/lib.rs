@@ -319,17 +319,34 @@ impl CudaBackend {
                     stream,
                     &prm,
                 )?;
-                let vt = (p.v / 32) as u32;
-                let threads = if main.sizes[4] > 0 { main.sizes[4] as u32 } else { 256 };
-                launch_one(
-                    &main,
-                    &state,
-                    (vt, hv, n),
-                    threads,
-                    main.sizes[1] as u32,
-                    stream,
-                    &prm,
-                )?;
+                let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
+                if narrow_state_pass(p, sms) {
+                    // few (sequence, value head) pairs: 16-column V tiles, twice the CTAs
+                    launch_one(
+                        &main,
+                        &format!("{state}16"),
+                        ((p.v / 16) as u32, hv, n),
+                        main.sizes[6] as u32,
+                        main.sizes[5] as u32,
+                        stream,
+                        &prm,
+                    )?;
+                } else {
+                    let threads = if main.sizes[4] > 0 {
+                        main.sizes[4] as u32
+                    } else {
+                        256
+                    };
+                    launch_one(
+                        &main,
+                        &state,
+                        ((p.v / 32) as u32, hv, n),
+                        threads,
+                        main.sizes[1] as u32,
+                        stream,
+                        &prm,
+                    )?;
+                }
             }
             Kernel::Recurrent => {
                 let name = format!("{prefix}_decode_recurrent");
@@ -432,6 +449,17 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
         need("checkpoints", t.checkpoints)?;
     }
     Ok(())
+}
+
+/// Whether the small-bh state pass runs its 16-column variant: when the 32-column tiles of all
+/// (sequence, value head) pairs fill at most half the SMs (`DELTARULE_CUDA_STATE_BV=16|32`
+/// forces one, for benchmarks).
+fn narrow_state_pass(p: &Problem, sms: usize) -> bool {
+    match std::env::var("DELTARULE_CUDA_STATE_BV").ok().as_deref() {
+        Some("16") => true,
+        Some("32") => false,
+        _ => p.seqs * p.hv * (p.v / 32) * 2 <= sms,
+    }
 }
 
 fn launch_one(
