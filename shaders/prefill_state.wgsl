@@ -25,6 +25,10 @@
 // Grid: x + y * grid_n = sequence n, z = (hv − hv0) * nvt + value tile. 256 invocations.
 //   W·S: rows 4 rg .. 4 rg + 3 (rg = tid / 16), columns c0 = CW cg .. (cg = tid % 16, CW = BV / 16);
 //   S:   rows 4 sr .. 4 sr + 3 (sr = tid / (BV / 4)), columns 4 sc .. 4 sc + 3 (sc = tid % (BV / 4)).
+//   W·S with WS_SPLIT = 1 (the default, DELTARULE_WGPU_STATE_WS): SK = 16 / BQ splits (2 at BV =
+//   32, 4 at BV = 16), split kh = tid / (16 BQ) does the 4-row groups d = 4 kh + 4 SK m; rows
+//   4 rg2 .. (rg2 = (tid % 16 BQ) / BQ), columns 4 cq .. (cq = tid % BQ); the splits kh > 0 leave
+//   their sums in s_x at stage NW and kh = 0 adds them in split order (one more barrier).
 //   Parts: NW = ceil(K / 64) Wᵀ parts, NU = ceil(64 / IP) kdec parts, IP = min(64, 1024 / K4
 //   rounded down to 4) (K = 128: 2 + 2 stages, 8 barriers a chunk).
 // Workgroup memory: s_a (16 KiB, the staged part), s_x (16 KiB: the S copy [K4][BQ] during W·S,
@@ -47,10 +51,18 @@
 // W·S reads s_a[d 16 + rg] with d < 64 and s_x[d BQ + c0 / 4] with d < K4 <= 1024 / BQ (K <= 128
 // when BV = 32), the update reads s_a[i KQ + sr] with i < IP, sr < KQ (IP KQ <= 1024) and
 // s_x[i BQ + sc] with i < 64; S copy stores need d_s < K4; V_new rows < 64 (64 BQ <= 512).
+// WS_SPLIT = 1 (SK = 16 / BQ, kh < SK): W·S reads s_a[d 16 + rg2] (d < 64, rg2 < 16) and
+// s_x[d BQ + cq] (d < K4, cq < BQ); partials at 64 BQ kh + (i2 + r) BQ + cq < 64 BQ SK = 1024,
+// after the V_new tile (rows < 64), which kh = 0 writes only after the partials' barrier.
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
 override BV: u32 = 32u;   // 16 (K <= 256) or 32 (K <= 128)
+// W·S tiling (DELTARULE_WGPU_STATE_WS): 0 = a 4 x CW block per invocation over all rows d;
+// 1 = a 4 x 4 block per invocation over every SK-th 4-row group of d (SK = 16 / BQ splits of
+// the workgroup), partial sums added through s_x (half the workgroup loads per FMA at BV = 32,
+// one more barrier per chunk).
+override WS_SPLIT: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> prm: Params;
 @group(0) @binding(1) var<storage, read> aux: array<u32>;
@@ -150,6 +162,34 @@ fn put_vnew(base_u: u32, i: u32, eg: u32, el: u32, l: u32, v: vec2<f32>) {
     }
 }
 
+// U of row i, columns e .. e + 3 (e a multiple of 4), zero outside the chunk and beyond V4.
+fn load_u4(base_u: u32, i: u32, e: u32, l: u32) -> vec4<f32> {
+    let V4 = k4(HEAD_V);
+    var u = vec4<f32>(0.0);
+    if (i < l && e < V4) {
+        let o = base_u + i * V4 + e;
+        u = vec4<f32>(wsu[o], wsu[o + 1u], wsu[o + 2u], wsu[o + 3u]);
+    }
+    return u;
+}
+
+// V_new of row i, columns e .. e + 3 (vec4 column cq of the tile): into wsu (columns < V) and
+// s_x (zeros outside the chunk and beyond V).
+fn put_vnew4(base_u: u32, i: u32, e: u32, cq: u32, l: u32, v: vec4<f32>) {
+    let V4 = k4(HEAD_V);
+    let BQ = BV / 4u;
+    let live = vec4<bool>(e < HEAD_V, e + 1u < HEAD_V, e + 2u < HEAD_V, e + 3u < HEAD_V);
+    let x = select(vec4<f32>(0.0), v, live & vec4<bool>(i < l));
+    if (i < l) {
+        for (var b = 0u; b < 4u; b++) {
+            if (e + b < HEAD_V) {
+                wsu[base_u + i * V4 + e + b] = x[b];
+            }
+        }
+    }
+    s_x[i * BQ + cq] = x;
+}
+
 // Columns c0 (and c0 + 1 when BV = 32) of the S copy, row d.
 fn s_pair(d: u32, c0: u32) -> vec2<f32> {
     let BQ = BV / 4u;
@@ -225,6 +265,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let c0 = CW * cg;
     let eg0 = vt * BV + c0;
     let i0 = 4u * rg;
+    // W·S mapping of WS_SPLIT = 1: split kh of SK, rows 4 rg2 .., columns 4 cq ..
+    let SK = 16u / BQ;
+    let kh = tid / (16u * BQ);
+    let rg2 = (tid % (16u * BQ)) / BQ;
+    let cq = tid % BQ;
+    let i2 = 4u * rg2;
+    let e2 = vt * BV + 4u * cq;
     // S mapping
     let sr = tid / BQ;
     let sc = tid % BQ;
@@ -289,6 +336,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let u1 = load_u(base_u, i0 + 1u, eg0, l);
         let u2 = load_u(base_u, i0 + 2u, eg0, l);
         let u3 = load_u(base_u, i0 + 3u, eg0, l);
+        var v0 = vec4<f32>(0.0);
+        var v1 = vec4<f32>(0.0);
+        var v2 = vec4<f32>(0.0);
+        var v3 = vec4<f32>(0.0);
+        if (WS_SPLIT == 1u && kh == 0u) {
+            v0 = load_u4(base_u, i2, e2, l);
+            v1 = load_u4(base_u, i2 + 1u, e2, l);
+            v2 = load_u4(base_u, i2 + 2u, e2, l);
+            v3 = load_u4(base_u, i2 + 3u, e2, l);
+        }
         let gl = wsa[qb + ws_gl(K) / 4u + min(sr, KQ - 1u)];
 
         // h[c] = S ([K][V4]; the padding columns hold the zeros of S beyond V)
@@ -302,6 +359,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
         var a0 = vec4<f32>(0.0);
         var a1 = vec4<f32>(0.0);
+        var b0 = vec4<f32>(0.0);   // WS_SPLIT = 1: row i2 + r, columns e2 ..
+        var b1 = vec4<f32>(0.0);
+        var b2 = vec4<f32>(0.0);
+        var b3 = vec4<f32>(0.0);
         for (var s = 0u; s < NS; s++) {
             // orders the previous stage's reads of s_a / s_x before these stores
             workgroupBarrier();
@@ -316,7 +377,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 s_x[(d_s + 2u) * BQ + sc] = s2;
                 s_x[(d_s + 3u) * BQ + sc] = s3;
             }
-            if (s == NW) {
+            if (WS_SPLIT == 1u && s == NW && kh > 0u) {
+                // partial sums of split kh after the V_new tile (64 BQ SK <= 1024 vec4s)
+                let pb = 64u * BQ * kh + i2 * BQ + cq;
+                s_x[pb] = b0;
+                s_x[pb + BQ] = b1;
+                s_x[pb + 2u * BQ] = b2;
+                s_x[pb + 3u * BQ] = b3;
+            }
+            if (WS_SPLIT == 0u && s == NW) {
                 // V_new = U − W·S (over the S copy: W·S is complete)
                 put_vnew(base_u, i0, eg0, c0, l, u0 - vec2<f32>(a0.x, a1.x));
                 put_vnew(base_u, i0 + 1u, eg0, c0, l, u1 - vec2<f32>(a0.y, a1.y));
@@ -334,8 +403,44 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 r3 = stage_ld(q, sp, tid + 768u);
             }
             workgroupBarrier();
+            if (WS_SPLIT == 1u && s == NW) {
+                // V_new = U − (sum of the SK partials, in split order)
+                if (kh == 0u) {
+                    for (var k = 1u; k < SK; k++) {
+                        let pb = 64u * BQ * k + i2 * BQ + cq;
+                        b0 += s_x[pb];
+                        b1 += s_x[pb + BQ];
+                        b2 += s_x[pb + 2u * BQ];
+                        b3 += s_x[pb + 3u * BQ];
+                    }
+                    put_vnew4(base_u, i2, e2, cq, l, v0 - b0);
+                    put_vnew4(base_u, i2 + 1u, e2, cq, l, v1 - b1);
+                    put_vnew4(base_u, i2 + 2u, e2, cq, l, v2 - b2);
+                    put_vnew4(base_u, i2 + 3u, e2, cq, l, v3 - b3);
+                }
+                workgroupBarrier();
+            }
 
-            if (s < NW) {
+            if (s < NW && WS_SPLIT == 1u) {
+                // W·S for rows i2 .. i2 + 3, columns e2 .. e2 + 3 over the 4-row groups
+                // d = 4 kh + 4 SK m of Wᵀ rows d0 .. d0 + 63
+                let d0 = 64u * s;
+                let nd = min(64u, K - d0);
+                for (var d = 4u * kh; d < nd; d += 4u * SK) {
+                    let w0 = s_a[d * 16u + rg2];
+                    let w1 = s_a[(d + 1u) * 16u + rg2];
+                    let w2 = s_a[(d + 2u) * 16u + rg2];
+                    let w3 = s_a[(d + 3u) * 16u + rg2];
+                    let x0 = s_x[(d0 + d) * BQ + cq];
+                    let x1 = s_x[(d0 + d + 1u) * BQ + cq];
+                    let x2 = s_x[(d0 + d + 2u) * BQ + cq];
+                    let x3 = s_x[(d0 + d + 3u) * BQ + cq];
+                    b0 += w0.x * x0 + w1.x * x1 + w2.x * x2 + w3.x * x3;
+                    b1 += w0.y * x0 + w1.y * x1 + w2.y * x2 + w3.y * x3;
+                    b2 += w0.z * x0 + w1.z * x1 + w2.z * x2 + w3.z * x3;
+                    b3 += w0.w * x0 + w1.w * x1 + w2.w * x2 + w3.w * x3;
+                }
+            } else if (s < NW) {
                 // W·S for rows i0 .. i0 + 3, columns c0 (a0) and c0 + 1 (a1), over Wᵀ rows
                 // d0 .. d0 + 63 (rows >= K are zero in s_a and in the S copy)
                 let d0 = 64u * s;
