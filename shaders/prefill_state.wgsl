@@ -8,35 +8,61 @@
 //   S ← e^Γ_last ⊙ S + kdecᵀ·V_new
 // then checkpoints after chunks that end on one, and the final state.
 //
-// v2 (bench/NOTES.md "WGSL v2"): the chunk operands Wᵀ and kdec are read straight from the
-// workspace into registers (4 rows ahead of use) instead of being staged through workgroup
-// memory tile by tile, so a chunk costs two barriers instead of ~35 and no load sits between a
-// pair of barriers; the next chunk's Wᵀ/kdec lines are touched at the start of each chunk (one
-// load per 32-byte sector, consumed only at the chunk's end) so the in-chunk loads hit L1/L2;
-// every register tile is a named vec4 (no private arrays, so nothing can fall into local memory).
+// v4 (bench/NOTES.md "WGSL v4"): v2 read Wᵀ and kdec rows straight from the workspace, 4 rows
+// ahead, with 16 invocations on each 16-byte row piece: ~48 dependent rounds of L2 loads per
+// chunk. Now a chunk is a fixed sequence of NS = NW + NU stages; each stage's operand part is one
+// contiguous span of the slot (a Wᵀ part: 64 rows d x 64 tokens; a kdec part: IP rows i x K4
+// channels), at most 1024 vec4s, which all 256 invocations load with coalesced vec4 loads (4
+// each) one stage ahead into registers, then store into s_a between two barriers:
+//   stage s:  barrier; s_a ← registers (+ S copy at s = 0, + V_new at s = NW);
+//             load stage s + 1 (or stage 0 of the next chunk) into the registers; barrier;
+//             s < NW: W·S over Wᵀ rows 64 s .., else S update over kdec rows (s − NW) IP ..
+// so a stage's global latency hides behind the previous stage's product, and the products read
+// only workgroup memory (vec4 loads, unrolled by 4, no branch inside). The next chunk's whole
+// Wᵀ/kdec span is still touched (one load per sector) at the start of each chunk, so the stage
+// loads hit L2 rather than HBM.
 //
 // Grid: x + y * grid_n = sequence n, z = (hv − hv0) * nvt + value tile. 256 invocations.
 //   W·S: rows 4 rg .. 4 rg + 3 (rg = tid / 16), columns c0 = CW cg .. (cg = tid % 16, CW = BV / 16);
 //   S:   rows 4 sr .. 4 sr + 3 (sr = tid / (BV / 4)), columns 4 sc .. 4 sc + 3 (sc = tid % (BV / 4)).
+//   W·S with WS_SPLIT = 1 (the default, DELTARULE_WGPU_STATE_WS): SK = 16 / BQ splits (2 at BV =
+//   32, 4 at BV = 16), split kh = tid / (16 BQ) does the 4-row groups d = 4 kh + 4 SK m; rows
+//   4 rg2 .. (rg2 = (tid % 16 BQ) / BQ), columns 4 cq .. (cq = tid % BQ); the splits kh > 0 leave
+//   their sums in s_x at stage NW and kh = 0 adds them in split order (one more barrier).
+//   Parts: NW = ceil(K / 64) Wᵀ parts, NU = ceil(64 / IP) kdec parts, IP = min(64, 1024 / K4
+//   rounded down to 4) (K = 128: 2 + 2 stages, 8 barriers a chunk).
+// Workgroup memory: s_a (16 KiB, the staged part), s_x (16 KiB: the S copy [K4][BQ] during W·S,
+// V_new [64][BQ] during the update, the sequence's chunk range before the loop): 32 KiB.
 // Reads: aux (chunk and sequence tables), wsa (Wᵀ, kdec, e^Γ_last), st (initial state, dtype
 // state_dt, layout), wsu (U, [64, V4]). Writes: wsu (V_new), wsh (h, [K, V4] per chunk), outs
 // (checkpoints and dense or staged final states, f32, in the caller's layout), st (in-place f32
 // pools).
 //
-// SAFETY (unchecked module): chunk rows c lie in [c_begin, c_end) of the sequence (< chunks), so
-// slots c * hvb + z (and the next chunk's, touched only when c + 1 < c_end) were sized by the
-// host (ws_slot words, a multiple of 4, per slot); Wᵀ rows are read at min(d, K − 1) < K and
-// kdec rows at i < 64 (the loop clamps the look-ahead to row 60 + 3), e^Γ_last at
-// min(sr, K4 / 4 − 1); touch loads are clamped to the slot's first 16 (K + K4) vec4s (Wᵀ and
-// kdec); state rows, checkpoint slots and pool rows come from the host-built tables and were
-// validated against the tensors' shapes (indices in 0..P, unique); every tensor access to (d, e)
-// is guarded by d < K, e < V; h stores need e_s < V4 (e_s and V4 multiples of 4); workgroup
-// indices: s_s rows < 4 * (256 / BQ) so < 1024 vec4s (also d < K4 <= 1024 / BQ in W·S), s_v rows
-// < 64 so < 64 * BQ <= 512.
+// SAFETY (unchecked module): chunk rows c lie in [c_begin, c_end) of the sequence (< chunks; the
+// chunk range passes through s_x as exact f32s: chunks < 2^24 because every chunk has a wsa slot
+// of >= 7 K words inside one binding), so slots c * hvb + z (and the next chunk's, loaded or
+// touched only when c + 1 < c_end) were sized by the host (ws_slot words, a multiple of 4, per
+// slot); stage loads read the slot at span start + min(x, len − 1) with the span inside Wᵀ
+// (rows < K) or kdec (rows < 64) (stage_span), e^Γ_last at min(sr, K4 / 4 − 1); touch loads are
+// clamped to the slot's first 16 (K + K4) vec4s (Wᵀ and kdec); state rows, checkpoint slots and
+// pool rows come from the host-built tables and were validated against the tensors' shapes
+// (indices in 0..P, unique); every tensor access to (d, e) is guarded by d < K, e < V; h stores
+// need e_s < V4 (e_s and V4 multiples of 4); workgroup indices: s_a[tid + 256 m] (m < 4) < 1024,
+// W·S reads s_a[d 16 + rg] with d < 64 and s_x[d BQ + c0 / 4] with d < K4 <= 1024 / BQ (K <= 128
+// when BV = 32), the update reads s_a[i KQ + sr] with i < IP, sr < KQ (IP KQ <= 1024) and
+// s_x[i BQ + sc] with i < 64; S copy stores need d_s < K4; V_new rows < 64 (64 BQ <= 512).
+// WS_SPLIT = 1 (SK = 16 / BQ, kh < SK): W·S reads s_a[d 16 + rg2] (d < 64, rg2 < 16) and
+// s_x[d BQ + cq] (d < K4, cq < BQ); partials at 64 BQ kh + (i2 + r) BQ + cq < 64 BQ SK = 1024,
+// after the V_new tile (rows < 64), which kh = 0 writes only after the partials' barrier.
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
 override BV: u32 = 32u;   // 16 (K <= 256) or 32 (K <= 128)
+// W·S tiling (DELTARULE_WGPU_STATE_WS): 0 = a 4 x CW block per invocation over all rows d;
+// 1 = a 4 x 4 block per invocation over every SK-th 4-row group of d (SK = 16 / BQ splits of
+// the workgroup), partial sums added through s_x (half the workgroup loads per FMA at BV = 32,
+// one more barrier per chunk).
+override WS_SPLIT: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> prm: Params;
 @group(0) @binding(1) var<storage, read> aux: array<u32>;
@@ -46,9 +72,8 @@ override BV: u32 = 32u;   // 16 (K <= 256) or 32 (K <= 128)
 @group(0) @binding(5) var<storage, read_write> st: array<u32>;
 @group(0) @binding(6) var<storage, read_write> outs: array<f32>;
 
-var<workgroup> s_s: array<vec4<f32>, 1024>;   // S slice [rows][BV / 4]
-var<workgroup> s_v: array<vec4<f32>, 512>;    // V_new [64][BV / 4]
-var<workgroup> s_mt: vec4<u32>;
+var<workgroup> s_a: array<vec4<f32>, 1024>;   // the staged part: Wᵀ [64][16] or kdec [IP][K4 / 4]
+var<workgroup> s_x: array<vec4<f32>, 1024>;   // S copy [K4][BV / 4], or V_new [64][BV / 4]
 
 fn load_state(row: u32, hv: u32, d: u32, e: u32) -> f32 {
     let K = HEAD_K;
@@ -116,7 +141,7 @@ fn load_u(base_u: u32, i: u32, eg: u32, l: u32) -> vec2<f32> {
     return u;
 }
 
-// V_new of row i, columns el, el + 1 of the tile (global eg): into wsu and the s_v tile
+// V_new of row i, columns el, el + 1 of the tile (global eg): into wsu and the V_new tile in s_x
 // (zeros outside the chunk, so the S update may run over whole 4-row groups).
 fn put_vnew(base_u: u32, i: u32, eg: u32, el: u32, l: u32, v: vec2<f32>) {
     let V4 = k4(HEAD_V);
@@ -126,27 +151,49 @@ fn put_vnew(base_u: u32, i: u32, eg: u32, el: u32, l: u32, v: vec2<f32>) {
         x = v.x;
         wsu[base_u + i * V4 + eg] = x;
     }
-    s_v[i * BQ + el / 4u][el & 3u] = x;
+    s_x[i * BQ + el / 4u][el & 3u] = x;
     if (BV == 32u) {
         var y = 0.0;
         if (eg + 1u < HEAD_V && i < l) {
             y = v.y;
             wsu[base_u + i * V4 + eg + 1u] = y;
         }
-        s_v[i * BQ + (el + 1u) / 4u][(el + 1u) & 3u] = y;
+        s_x[i * BQ + (el + 1u) / 4u][(el + 1u) & 3u] = y;
     }
 }
 
-// Wᵀ row d (vec4 of rows 4 rg ..), zero for d >= K; qw = vec4 index of Wᵀ[0][4 rg].
-fn w_row(qw: u32, d: u32) -> vec4<f32> {
-    let x = wsa[qw + min(d, HEAD_K - 1u) * 16u];
-    return select(vec4<f32>(0.0), x, d < HEAD_K);
+// U of row i, columns e .. e + 3 (e a multiple of 4), zero outside the chunk and beyond V4.
+fn load_u4(base_u: u32, i: u32, e: u32, l: u32) -> vec4<f32> {
+    let V4 = k4(HEAD_V);
+    var u = vec4<f32>(0.0);
+    if (i < l && e < V4) {
+        let o = base_u + i * V4 + e;
+        u = vec4<f32>(wsu[o], wsu[o + 1u], wsu[o + 2u], wsu[o + 3u]);
+    }
+    return u;
+}
+
+// V_new of row i, columns e .. e + 3 (vec4 column cq of the tile): into wsu (columns < V) and
+// s_x (zeros outside the chunk and beyond V).
+fn put_vnew4(base_u: u32, i: u32, e: u32, cq: u32, l: u32, v: vec4<f32>) {
+    let V4 = k4(HEAD_V);
+    let BQ = BV / 4u;
+    let live = vec4<bool>(e < HEAD_V, e + 1u < HEAD_V, e + 2u < HEAD_V, e + 3u < HEAD_V);
+    let x = select(vec4<f32>(0.0), v, live & vec4<bool>(i < l));
+    if (i < l) {
+        for (var b = 0u; b < 4u; b++) {
+            if (e + b < HEAD_V) {
+                wsu[base_u + i * V4 + e + b] = x[b];
+            }
+        }
+    }
+    s_x[i * BQ + cq] = x;
 }
 
 // Columns c0 (and c0 + 1 when BV = 32) of the S copy, row d.
 fn s_pair(d: u32, c0: u32) -> vec2<f32> {
     let BQ = BV / 4u;
-    let v = s_s[d * BQ + c0 / 4u];
+    let v = s_x[d * BQ + c0 / 4u];
     if (BV == 32u) {
         return select(v.xy, v.zw, (c0 & 2u) != 0u);
     }
@@ -157,6 +204,39 @@ fn s_pair(d: u32, c0: u32) -> vec2<f32> {
 fn touch(q0: u32, sector: u32) -> f32 {
     let span = 16u * (HEAD_K + k4(HEAD_K));   // vec4s of Wᵀ [K][64] then kdec [64][K4]
     return wsa[q0 + min(2u * sector, span - 1u)].x;
+}
+
+// Wᵀ parts (64 rows d each).
+fn n_wparts() -> u32 {
+    return (HEAD_K + 63u) / 64u;
+}
+
+// Rows i of a kdec part: as many as fit 1024 vec4s, a multiple of 4 (16 at K = 256).
+fn kd_rows() -> u32 {
+    let KQ = k4(HEAD_K) / 4u;
+    return min(64u, (1024u / KQ) & ~3u);
+}
+
+fn n_uparts() -> u32 {
+    return (64u + kd_rows() - 1u) / kd_rows();
+}
+
+// Stage s of a chunk: (first vec4 relative to the slot, vec4s); len >= 1 and <= 1024.
+fn stage_span(s: u32) -> vec2<u32> {
+    let NW = n_wparts();
+    if (s < NW) {
+        return vec2<u32>(1024u * s, min(64u, HEAD_K - 64u * s) * 16u);
+    }
+    let KQ = k4(HEAD_K) / 4u;
+    let IP = kd_rows();
+    let j = s - NW;
+    return vec2<u32>(16u * HEAD_K + j * IP * KQ, min(IP, 64u - j * IP) * KQ);
+}
+
+// vec4 x of a stage's span (slot at vec4 q), zero beyond it.
+fn stage_ld(q: u32, sp: vec2<u32>, x: u32) -> vec4<f32> {
+    let v = wsa[q + sp.x + min(x, sp.y - 1u)];
+    return select(vec4<f32>(0.0), v, x < sp.y);
 }
 
 @compute @workgroup_size(256)
@@ -176,52 +256,72 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let HV = prm.vheads;
     let BQ = BV / 4u;                      // vec4 columns of the slice
     let CW = BV / 16u;                     // W·S columns an invocation
+    let NW = n_wparts();
+    let NS = NW + n_uparts();
+    let IP = kd_rows();
     // W·S mapping
     let rg = tid / 16u;
     let cg = tid % 16u;
     let c0 = CW * cg;
     let eg0 = vt * BV + c0;
     let i0 = 4u * rg;
+    // W·S mapping of WS_SPLIT = 1: split kh of SK, rows 4 rg2 .., columns 4 cq ..
+    let SK = 16u / BQ;
+    let kh = tid / (16u * BQ);
+    let rg2 = (tid % (16u * BQ)) / BQ;
+    let cq = tid % BQ;
+    let i2 = 4u * rg2;
+    let e2 = vt * BV + 4u * cq;
     // S mapping
     let sr = tid / BQ;
     let sc = tid % BQ;
     let d_s = 4u * sr;
     let e_s = vt * BV + 4u * sc;           // first global column of this invocation's S block
     let q_slot = ws_slot(K, prm.is_kda) / 4u;   // vec4s a slot
+    let sb = prm.aux_seqs + 8u * n;
+    // the chunk range, made workgroup-uniform through s_x (exact: both < 2^24)
     if (tid == 0u) {
-        let sb = prm.aux_seqs + 8u * n;
-        s_mt = vec4<u32>(aux[sb + 2u], aux[sb + 3u], aux[sb + 4u], aux[sb + 5u]);
+        s_x[0] = vec4<f32>(f32(aux[sb + 2u]), f32(aux[sb + 3u]), 0.0, 0.0);
     }
-    let mt = workgroupUniformLoad(&s_mt);
-    let c_begin = mt.x;
-    let c_end = mt.y;
-    let init_row = mt.z;
-    let final_row = mt.w;
+    let mt = workgroupUniformLoad(&s_x[0]);
+    let c_begin = u32(mt.x);
+    let c_end = u32(mt.y);
+    let init_row = aux[sb + 4u];
+    let final_row = aux[sb + 5u];
 
     var s0 = init4(init_row, hv, d_s, e_s);
     var s1 = init4(init_row, hv, d_s + 1u, e_s);
     var s2 = init4(init_row, hv, d_s + 2u, e_s);
     var s3 = init4(init_row, hv, d_s + 3u, e_s);
-    s_s[d_s * BQ + sc] = s0;
-    s_s[(d_s + 1u) * BQ + sc] = s1;
-    s_s[(d_s + 2u) * BQ + sc] = s2;
-    s_s[(d_s + 3u) * BQ + sc] = s3;
+
+    // stage 0 of the first chunk
+    var r0 = vec4<f32>(0.0);
+    var r1 = vec4<f32>(0.0);
+    var r2 = vec4<f32>(0.0);
+    var r3 = vec4<f32>(0.0);
+    if (c_begin < c_end) {
+        let q = (c_begin * prm.hvb + z) * q_slot;
+        let sp = stage_span(0u);
+        r0 = stage_ld(q, sp, tid);
+        r1 = stage_ld(q, sp, tid + 256u);
+        r2 = stage_ld(q, sp, tid + 512u);
+        r3 = stage_ld(q, sp, tid + 768u);
+    }
 
     for (var c = c_begin; c < c_end; c++) {
-        // orders the s_s writes above (or of the previous chunk) before the W·S reads, and the
-        // previous chunk's s_v reads before this chunk's V_new writes
-        workgroupBarrier();
         let ca = prm.aux_chunks + 4u * c;
         let l = aux[ca + 1u];
+        let l4 = (l + 3u) & ~3u;
         let ck = aux[ca + 3u];
         let slot = c * prm.hvb + z;
         let qb = slot * q_slot;                // vec4 index of the slot
         let base_u = slot * 64u * V4;
         let q_h = slot * K * V4 / 4u;
+        let has_next = c + 1u < c_end;
+        let qn = select(qb, qb + prm.hvb * q_slot, has_next);
 
         // Touch the next chunk's Wᵀ/kdec sectors (8 a thread: the whole span for K <= 128); the
         // values are consumed only at the end of this chunk, so nothing waits on them here.
-        let qn = select(qb, qb + prm.hvb * q_slot, c + 1u < c_end);
         let t0 = touch(qn, tid);
         let t1 = touch(qn, tid + 256u);
         let t2 = touch(qn, tid + 512u);
@@ -236,6 +336,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let u1 = load_u(base_u, i0 + 1u, eg0, l);
         let u2 = load_u(base_u, i0 + 2u, eg0, l);
         let u3 = load_u(base_u, i0 + 3u, eg0, l);
+        var v0 = vec4<f32>(0.0);
+        var v1 = vec4<f32>(0.0);
+        var v2 = vec4<f32>(0.0);
+        var v3 = vec4<f32>(0.0);
+        if (WS_SPLIT == 1u && kh == 0u) {
+            v0 = load_u4(base_u, i2, e2, l);
+            v1 = load_u4(base_u, i2 + 1u, e2, l);
+            v2 = load_u4(base_u, i2 + 2u, e2, l);
+            v3 = load_u4(base_u, i2 + 3u, e2, l);
+        }
         let gl = wsa[qb + ws_gl(K) / 4u + min(sr, KQ - 1u)];
 
         // h[c] = S ([K][V4]; the padding columns hold the zeros of S beyond V)
@@ -247,76 +357,137 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (d_s + 3u < K) { wsh[qe + (d_s + 3u) * V4 / 4u] = s3; }
         }
 
-        // W·S for rows i0 .. i0 + 3, columns c0 (a0) and c0 + 1 (a1), Wᵀ rows 4 ahead
-        let qw = qb + rg;
         var a0 = vec4<f32>(0.0);
         var a1 = vec4<f32>(0.0);
-        var w0 = w_row(qw, 0u);
-        var w1 = w_row(qw, 1u);
-        var w2 = w_row(qw, 2u);
-        var w3 = w_row(qw, 3u);
-        for (var d = 0u; d < K4; d += 4u) {
-            let n0 = w_row(qw, d + 4u);
-            let n1 = w_row(qw, d + 5u);
-            let n2 = w_row(qw, d + 6u);
-            let n3 = w_row(qw, d + 7u);
-            let x0 = s_pair(d, c0);
-            let x1 = s_pair(d + 1u, c0);
-            let x2 = s_pair(d + 2u, c0);
-            let x3 = s_pair(d + 3u, c0);
-            a0 += w0 * x0.x + w1 * x1.x + w2 * x2.x + w3 * x3.x;
-            if (BV == 32u) {
-                a1 += w0 * x0.y + w1 * x1.y + w2 * x2.y + w3 * x3.y;
+        var b0 = vec4<f32>(0.0);   // WS_SPLIT = 1: row i2 + r, columns e2 ..
+        var b1 = vec4<f32>(0.0);
+        var b2 = vec4<f32>(0.0);
+        var b3 = vec4<f32>(0.0);
+        for (var s = 0u; s < NS; s++) {
+            // orders the previous stage's reads of s_a / s_x before these stores
+            workgroupBarrier();
+            s_a[tid] = r0;
+            s_a[tid + 256u] = r1;
+            s_a[tid + 512u] = r2;
+            s_a[tid + 768u] = r3;
+            if (s == 0u && d_s < K4) {
+                // the S copy for W·S (rows K .. K4 hold zeros)
+                s_x[d_s * BQ + sc] = s0;
+                s_x[(d_s + 1u) * BQ + sc] = s1;
+                s_x[(d_s + 2u) * BQ + sc] = s2;
+                s_x[(d_s + 3u) * BQ + sc] = s3;
             }
-            w0 = n0;
-            w1 = n1;
-            w2 = n2;
-            w3 = n3;
-        }
+            if (WS_SPLIT == 1u && s == NW && kh > 0u) {
+                // partial sums of split kh after the V_new tile (64 BQ SK <= 1024 vec4s)
+                let pb = 64u * BQ * kh + i2 * BQ + cq;
+                s_x[pb] = b0;
+                s_x[pb + BQ] = b1;
+                s_x[pb + 2u * BQ] = b2;
+                s_x[pb + 3u * BQ] = b3;
+            }
+            if (WS_SPLIT == 0u && s == NW) {
+                // V_new = U − W·S (over the S copy: W·S is complete)
+                put_vnew(base_u, i0, eg0, c0, l, u0 - vec2<f32>(a0.x, a1.x));
+                put_vnew(base_u, i0 + 1u, eg0, c0, l, u1 - vec2<f32>(a0.y, a1.y));
+                put_vnew(base_u, i0 + 2u, eg0, c0, l, u2 - vec2<f32>(a0.z, a1.z));
+                put_vnew(base_u, i0 + 3u, eg0, c0, l, u3 - vec2<f32>(a0.w, a1.w));
+            }
+            // the next stage's operands (this chunk's, or stage 0 of the next chunk)
+            let last = s + 1u == NS;
+            if (!last || has_next) {
+                let sp = stage_span(select(s + 1u, 0u, last));
+                let q = select(qb, qn, last);
+                r0 = stage_ld(q, sp, tid);
+                r1 = stage_ld(q, sp, tid + 256u);
+                r2 = stage_ld(q, sp, tid + 512u);
+                r3 = stage_ld(q, sp, tid + 768u);
+            }
+            workgroupBarrier();
+            if (WS_SPLIT == 1u && s == NW) {
+                // V_new = U − (sum of the SK partials, in split order)
+                if (kh == 0u) {
+                    for (var k = 1u; k < SK; k++) {
+                        let pb = 64u * BQ * k + i2 * BQ + cq;
+                        b0 += s_x[pb];
+                        b1 += s_x[pb + BQ];
+                        b2 += s_x[pb + 2u * BQ];
+                        b3 += s_x[pb + 3u * BQ];
+                    }
+                    put_vnew4(base_u, i2, e2, cq, l, v0 - b0);
+                    put_vnew4(base_u, i2 + 1u, e2, cq, l, v1 - b1);
+                    put_vnew4(base_u, i2 + 2u, e2, cq, l, v2 - b2);
+                    put_vnew4(base_u, i2 + 3u, e2, cq, l, v3 - b3);
+                }
+                workgroupBarrier();
+            }
 
-        // V_new = U − W·S
-        put_vnew(base_u, i0, eg0, c0, l, u0 - vec2<f32>(a0.x, a1.x));
-        put_vnew(base_u, i0 + 1u, eg0, c0, l, u1 - vec2<f32>(a0.y, a1.y));
-        put_vnew(base_u, i0 + 2u, eg0, c0, l, u2 - vec2<f32>(a0.z, a1.z));
-        put_vnew(base_u, i0 + 3u, eg0, c0, l, u3 - vec2<f32>(a0.w, a1.w));
-        workgroupBarrier();
-
-        // S ← e^Γ_last ⊙ S + kdecᵀ·V_new over the chunk's rows (V_new is zero from l to the next
-        // multiple of 4), kdec rows 4 ahead
-        s0 *= gl.x;
-        s1 *= gl.y;
-        s2 *= gl.z;
-        s3 *= gl.w;
-        if (sr < KQ) {
-            let qk = qb + ws_kd(K) / 4u + sr;   // kdec[i][4 sr ..] = wsa[qk + i * KQ]
-            var k0 = wsa[qk];
-            var k1 = wsa[qk + KQ];
-            var k2 = wsa[qk + 2u * KQ];
-            var k3 = wsa[qk + 3u * KQ];
-            for (var i = 0u; i < l; i += 4u) {
-                let ni = min(i + 4u, 60u);
-                let m0 = wsa[qk + ni * KQ];
-                let m1 = wsa[qk + (ni + 1u) * KQ];
-                let m2 = wsa[qk + (ni + 2u) * KQ];
-                let m3 = wsa[qk + (ni + 3u) * KQ];
-                let y0 = s_v[i * BQ + sc];
-                let y1 = s_v[(i + 1u) * BQ + sc];
-                let y2 = s_v[(i + 2u) * BQ + sc];
-                let y3 = s_v[(i + 3u) * BQ + sc];
-                s0 += k0.x * y0 + k1.x * y1 + k2.x * y2 + k3.x * y3;
-                s1 += k0.y * y0 + k1.y * y1 + k2.y * y2 + k3.y * y3;
-                s2 += k0.z * y0 + k1.z * y1 + k2.z * y2 + k3.z * y3;
-                s3 += k0.w * y0 + k1.w * y1 + k2.w * y2 + k3.w * y3;
-                k0 = m0;
-                k1 = m1;
-                k2 = m2;
-                k3 = m3;
+            if (s < NW && WS_SPLIT == 1u) {
+                // W·S for rows i2 .. i2 + 3, columns e2 .. e2 + 3 over the 4-row groups
+                // d = 4 kh + 4 SK m of Wᵀ rows d0 .. d0 + 63
+                let d0 = 64u * s;
+                let nd = min(64u, K - d0);
+                for (var d = 4u * kh; d < nd; d += 4u * SK) {
+                    let w0 = s_a[d * 16u + rg2];
+                    let w1 = s_a[(d + 1u) * 16u + rg2];
+                    let w2 = s_a[(d + 2u) * 16u + rg2];
+                    let w3 = s_a[(d + 3u) * 16u + rg2];
+                    let x0 = s_x[(d0 + d) * BQ + cq];
+                    let x1 = s_x[(d0 + d + 1u) * BQ + cq];
+                    let x2 = s_x[(d0 + d + 2u) * BQ + cq];
+                    let x3 = s_x[(d0 + d + 3u) * BQ + cq];
+                    b0 += w0.x * x0 + w1.x * x1 + w2.x * x2 + w3.x * x3;
+                    b1 += w0.y * x0 + w1.y * x1 + w2.y * x2 + w3.y * x3;
+                    b2 += w0.z * x0 + w1.z * x1 + w2.z * x2 + w3.z * x3;
+                    b3 += w0.w * x0 + w1.w * x1 + w2.w * x2 + w3.w * x3;
+                }
+            } else if (s < NW) {
+                // W·S for rows i0 .. i0 + 3, columns c0 (a0) and c0 + 1 (a1), over Wᵀ rows
+                // d0 .. d0 + 63 (rows >= K are zero in s_a and in the S copy)
+                let d0 = 64u * s;
+                let nd = min(64u, K - d0);
+                for (var d = 0u; d < nd; d += 4u) {
+                    let w0 = s_a[d * 16u + rg];
+                    let w1 = s_a[(d + 1u) * 16u + rg];
+                    let w2 = s_a[(d + 2u) * 16u + rg];
+                    let w3 = s_a[(d + 3u) * 16u + rg];
+                    let x0 = s_pair(d0 + d, c0);
+                    let x1 = s_pair(d0 + d + 1u, c0);
+                    let x2 = s_pair(d0 + d + 2u, c0);
+                    let x3 = s_pair(d0 + d + 3u, c0);
+                    a0 += w0 * x0.x + w1 * x1.x + w2 * x2.x + w3 * x3.x;
+                    if (BV == 32u) {
+                        a1 += w0 * x0.y + w1 * x1.y + w2 * x2.y + w3 * x3.y;
+                    }
+                }
+            } else {
+                // S ← e^Γ_last ⊙ S + kdecᵀ·V_new over kdec rows i0g .. of the chunk (V_new is
+                // zero from l to l4)
+                if (s == NW) {
+                    s0 *= gl.x;
+                    s1 *= gl.y;
+                    s2 *= gl.z;
+                    s3 *= gl.w;
+                }
+                let i0g = (s - NW) * IP;
+                let ni = min(IP, l4 - min(l4, i0g));
+                if (sr < KQ) {
+                    for (var i = 0u; i < ni; i += 4u) {
+                        let k0 = s_a[i * KQ + sr];
+                        let k1 = s_a[(i + 1u) * KQ + sr];
+                        let k2 = s_a[(i + 2u) * KQ + sr];
+                        let k3 = s_a[(i + 3u) * KQ + sr];
+                        let y0 = s_x[(i0g + i) * BQ + sc];
+                        let y1 = s_x[(i0g + i + 1u) * BQ + sc];
+                        let y2 = s_x[(i0g + i + 2u) * BQ + sc];
+                        let y3 = s_x[(i0g + i + 3u) * BQ + sc];
+                        s0 += k0.x * y0 + k1.x * y1 + k2.x * y2 + k3.x * y3;
+                        s1 += k0.y * y0 + k1.y * y1 + k2.y * y2 + k3.y * y3;
+                        s2 += k0.z * y0 + k1.z * y1 + k2.z * y2 + k3.z * y3;
+                        s3 += k0.w * y0 + k1.w * y1 + k2.w * y2 + k3.w * y3;
+                    }
+                }
             }
         }
-        s_s[d_s * BQ + sc] = s0;
-        s_s[(d_s + 1u) * BQ + sc] = s1;
-        s_s[(d_s + 2u) * BQ + sc] = s2;
-        s_s[(d_s + 3u) * BQ + sc] = s3;
 
         // checkpoint after this chunk
         if (prm.ckpt == 1u && ck != NONE) {

@@ -28,6 +28,8 @@ pub struct Gpu {
     binding_cap: Option<u64>,
     /// Requested state-pass tile width (see `AdapterChoice::state_bv`).
     pub state_bv: Option<usize>,
+    /// Requested state-pass W·S tiling (see `AdapterChoice::state_ws`).
+    pub state_ws: Option<u32>,
     /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
     pub probe: u32,
     modules: Mutex<HashMap<Shader, Arc<wgpu::ShaderModule>>>,
@@ -128,6 +130,7 @@ impl Gpu {
             checked: choice.checked,
             binding_cap: choice.max_binding,
             state_bv: choice.state_bv,
+            state_ws: choice.state_ws,
             probe: choice.probe,
             modules: Mutex::new(HashMap::new()),
             uncaptured,

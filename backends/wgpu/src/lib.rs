@@ -44,6 +44,11 @@ pub struct AdapterChoice {
     /// tuning knob: 16 doubles the workgroups of the sequential pass when sequences x heads are
     /// few). 32 is used only for K <= 128; `None` picks 32 there, else 16.
     pub state_bv: Option<usize>,
+    /// W·S tiling of the prefill state pass (`DELTARULE_WGPU_STATE_WS`, a tuning knob): 0 = a
+    /// 4 x BV/16 block per invocation over all of K, 1 = a 4 x 4 block over a split of K with
+    /// the partial sums added in workgroup memory (half the workgroup loads per FMA at BV = 32).
+    /// `None` picks 1.
+    pub state_ws: Option<u32>,
     /// Diagnosis only (`DELTARULE_WGPU_PROBE`, a bit mask, 0 = off): skips parts of the intra
     /// pass to locate its time (1: the W/U stores, 2: the P stores, 4: the T solve, 8: the W/U/qdec
     /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3). Results are wrong with any bit set; `deltarule
@@ -62,6 +67,9 @@ impl AdapterChoice {
             checked: std::env::var("DELTARULE_WGPU_CHECKED").ok().as_deref() == Some("1"),
             max_binding: None,
             state_bv: std::env::var("DELTARULE_WGPU_STATE_BV")
+                .ok()
+                .and_then(|s| s.parse().ok()),
+            state_ws: std::env::var("DELTARULE_WGPU_STATE_WS")
                 .ok()
                 .and_then(|s| s.parse().ok()),
             probe: std::env::var("DELTARULE_WGPU_PROBE")

@@ -94,7 +94,7 @@ impl Shader {
             Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => {
                 &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"]
             }
-            Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV"],
+            Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
             Shader::PrefillOutput => &["HEAD_K", "HEAD_V"],
             Shader::Decode => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "IS_KDA"],
             Shader::Pack16 => &[],

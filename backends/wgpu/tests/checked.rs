@@ -142,6 +142,7 @@ fn open_with(checked: bool, max_binding: Option<u64>) -> Option<WgpuBackend> {
         checked,
         max_binding,
         state_bv: if checked { Some(16) } else { None },
+        state_ws: None,
         probe: 0,
     }) {
         Ok(b) => Some(b),

@@ -21,6 +21,14 @@ pub fn state_tile(k: usize, wanted: Option<usize>) -> usize {
     }
 }
 
+/// W·S tiling of the state pass (`WS_SPLIT`): 1 (split K, 4 x 4 blocks) unless 0 is asked for.
+pub fn state_ws(wanted: Option<u32>) -> u32 {
+    match wanted {
+        Some(0) => 0,
+        _ => 1,
+    }
+}
+
 /// f32 words of one (chunk, head) slot of the `wsa` workspace (layout in `common.wgsl`):
 /// Wᵀ [K][64], kdec [64][K4], qdec [64][K], P [64][64], e^Γ_last [K4], and for kda Γ [64][K].
 pub fn wsa_slot(op: Op, k: usize) -> usize {
@@ -75,7 +83,12 @@ impl Prefill {
         let state = cache.get(
             gpu,
             Shader::PrefillState,
-            &[("HEAD_K", k), ("HEAD_V", v), ("BV", bv as f64)],
+            &[
+                ("HEAD_K", k),
+                ("HEAD_V", v),
+                ("BV", bv as f64),
+                ("WS_SPLIT", state_ws(gpu.state_ws) as f64),
+            ],
         )?;
         let output = cache.get(gpu, Shader::PrefillOutput, &[("HEAD_K", k), ("HEAD_V", v)])?;
 
