@@ -39,7 +39,8 @@
 // Diagnosis only (DELTARULE_CUDA_PROBE, 0 in production): bits leave parts out to place the time.
 // State pass: 1 the W/q̃/k̃ fetch, 2 the W·S and q̃·S products, 4 the S update product.
 // Intra: 8 the T solve, 32 step 2 (A and P; gdn), 64 step 5's products,
-// 128 the small-bh copy of W, q̃, k̃ to the workspace.
+// 128 the small-bh copy of W, q̃, k̃ to the workspace. 512 (correct results): the state pass fetches
+// with per-thread cp.async instead of bulk copies.
 #ifndef PROBE
 #define PROBE 0
 #endif
@@ -96,6 +97,41 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+// Bulk copies (sm_90 TMA, no tensor map) completing on an mbarrier: the small-bh state pass moves a
+// chunk's ~66 KB with ~320 of them from one warp, instead of ~4 K 16-byte cp.async per CTA.
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (call, then __syncthreads()).
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Generic-proxy accesses of shared memory before this point are ordered before later bulk copies.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(void* smem, const void* gmem, u32 bytes, u64* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_addr(smem)),
+                 "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+// Waits until the phase of parity `parity` of `bar` has completed.
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+            : "=r"(done)
+            : "r"(smem_addr(bar)), "r"(parity)
+            : "memory");
+    } while (!done);
 }
 __device__ __forceinline__ float frsqrt(float x) {
     float y;
@@ -326,7 +362,10 @@ struct SLayT {
     static constexpr int SB = 2 * STAGE;
     static constexpr int SBN = KD * (VT + 8);               // elements of one Sb
     static constexpr int VNT = SB + 2 * SBN * 2;
-    static constexpr int TOTAL = VNT + 64 * (VT + 8) * 2;
+    static constexpr int MB = align16(VNT + 64 * (VT + 8) * 2);  // two u64 mbarriers (stages)
+    static constexpr int TOTAL = MB + 16;
+    // bytes one chunk's bulk copies bring into a stage
+    static constexpr int TX = 3 * 64 * KD * 2 + 64 * 64 * 2 + 64 * VT * 4 + KD * 4;
     static_assert(TOTAL <= 232448, "shared memory of the small-bh state pass");
 };
 typedef SLayT<SVT> SLay;
@@ -1118,6 +1157,28 @@ __device__ __forceinline__ void smallbh_fetch(const Params& p, char* st, i64 rr,
     for (int u = tid; u < KD / 4; u += NW * 32) cp_async16(st + SL::GL + u * 16, src + WLay::GL + u * 16);
 }
 
+// The same chunk row into stage `st` with bulk copies from warp 0 (one per row of W, q̃, k̃, P and
+// U, one for e^Γlast), completing on `bar` (its expected bytes set first, by lane 0).
+template <int VT>
+__device__ __forceinline__ void smallbh_fetch_bulk(const Params& p, char* st, i64 rr, int hv, int v0, u64* bar) {
+    typedef SLayT<VT> SL;
+    const int lane = threadIdx.x & 31;
+    const char* src = (const char*)p.work + (rr * p.HV + hv) * WLay::BLOCK;
+    if (lane == 0) mbar_arrive_expect(bar, SL::TX);
+    __syncwarp();
+    for (int r = lane; r < 64; r += 32) {
+        bulk_g2s(st + SL::W + r * KP * 2, src + WLay::W + r * KD * 2, KD * 2, bar);
+        bulk_g2s(st + SL::Q + r * KP * 2, src + WLay::Q + r * KD * 2, KD * 2, bar);
+        bulk_g2s(st + SL::KT + r * KP * 2, src + WLay::KT + r * KD * 2, KD * 2, bar);
+        bulk_g2s(st + SL::P + r * CP * 2, src + WLay::P + r * 128, 128, bar);
+        bulk_g2s(st + SL::U + r * SL::UST * 4, src + WLay::U + ((i64)r * VD + v0) * 4, VT * 4, bar);
+    }
+    if (lane == 0) bulk_g2s(st + SL::GL, src + WLay::GL, KD * 4, bar);
+}
+// Bulk copies (default) or the per-thread cp.async fetch (DELTARULE_CUDA_PROBE bit 512, correct
+// results: the v5 path, kept for comparison).
+constexpr bool SBULK = !(PROBE & 512);
+
 // State kernel: grid (VD / VT, HV, N), NW warps, dynamic shared memory SLayT<VT>::TOTAL. Walks the
 // chunks of one (sequence, value head) for one V tile, with the next chunk's workspace block
 // loaded by cp.async while the current one is used (double buffer). Two barriers per chunk: (1)
@@ -1141,19 +1202,38 @@ __device__ void smallbh_state(const Params& p) {
     const int r0 = p.chunk_offsets[n];
     const int nch = p.chunk_offsets[n + 1] - r0;
     u16* Vn = (u16*)(sm + SL::VNT);
-    if (nch > 0) smallbh_fetch<VT, NW>(p, sm, r0, hv, v0);
-    cp_async_commit();
+    u64* bars = (u64*)(sm + SL::MB);
+    if (SBULK) {
+        if (threadIdx.x == 0) {
+            mbar_init(bars, 1);
+            mbar_init(bars + 1, 1);
+            mbar_init_fence();
+        }
+        __syncthreads();
+        if (nch > 0 && threadIdx.x < 32) smallbh_fetch_bulk<VT>(p, sm, r0, hv, v0, bars);
+    } else {
+        if (nch > 0) smallbh_fetch<VT, NW>(p, sm, r0, hv, v0);
+        cp_async_commit();
+    }
     if (threadIdx.x == 0)
         for (int c = 1; c <= SPF && c < nch; ++c)
             prefetch_l2((const char*)p.work + ((i64)(r0 + c) * p.HV + hv) * WLay::BLOCK, WLay::BLOCK);
     for (int c = 0; c < nch; ++c) {
         u16* Sb = (u16*)(sm + SL::SB) + (c & 1) * SL::SBN;
-        cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)
+        if (SBULK) mbar_wait(bars + (c & 1), (c >> 1) & 1);  // chunk c's stage has landed
+        else cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)
         write_sb<VT, NW>(accS, Sb);
         __syncthreads();     // (1)
         // stage (c + 1) & 1 was last read in chunk c - 1, which every warp has finished
-        if (c + 1 < nch) smallbh_fetch<VT, NW>(p, sm + ((c + 1) & 1) * SL::STAGE, r0 + c + 1, hv, v0);
-        cp_async_commit();
+        if (SBULK) {
+            if (c + 1 < nch && threadIdx.x < 32) {
+                fence_proxy_async();
+                smallbh_fetch_bulk<VT>(p, sm + ((c + 1) & 1) * SL::STAGE, r0 + c + 1, hv, v0, bars + ((c + 1) & 1));
+            }
+        } else {
+            if (c + 1 < nch) smallbh_fetch<VT, NW>(p, sm + ((c + 1) & 1) * SL::STAGE, r0 + c + 1, hv, v0);
+            cp_async_commit();
+        }
         if (threadIdx.x == 0 && c + 1 + SPF < nch)
             prefetch_l2((const char*)p.work + ((i64)(r0 + c + 1 + SPF) * p.HV + hv) * WLay::BLOCK, WLay::BLOCK);
         const char* st = sm + (c & 1) * SL::STAGE;

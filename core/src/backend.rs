@@ -52,6 +52,8 @@ impl fmt::Display for Kernel {
 /// How a benchmark is run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchOptions {
+    /// Calls before timing; backends run at least one per input set (a buffer's first use can be
+    /// slow, e.g. lazily backed memory on NVIDIA's Vulkan driver).
     pub warmup: usize,
     pub iters: usize,
     /// Rotate among enough input copies that together they exceed this many bytes (larger than

@@ -169,7 +169,10 @@ impl Backend for WgpuBackend {
             sets.push(InputSet::upload(&self.gpu, inputs));
         }
         let calls: Vec<_> = sets.iter().map(|s| call.dispatches(p, s)).collect();
-        let (device_ms, host_us) = self.gpu.time(&calls, opts.warmup, opts.iters)?;
+        // every input set at least once before timing: NVIDIA's Vulkan driver backs a new buffer
+        // lazily, and the first call on each set measured 4-5x its steady time (session 2)
+        let warmup = opts.warmup.max(calls.len());
+        let (device_ms, host_us) = self.gpu.time(&calls, warmup, opts.iters)?;
         // where the time goes: each pass timed on its own (a few calls)
         let stages = self.gpu.profile(&calls[0], opts.iters.clamp(1, 10))?;
         let timer = if self.caps.timestamps {
