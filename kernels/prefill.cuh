@@ -40,7 +40,7 @@
 // State pass: 1 the W/q̃/k̃ fetch, 2 the W·S and q̃·S products, 4 the S update product.
 // Intra: 8 the T solve, 32 step 2 (A and P; gdn), 64 step 5's products,
 // 128 the small-bh copy of W, q̃, k̃ to the workspace. 512 (correct results): the state pass fetches
-// with per-thread cp.async instead of bulk copies.
+// with bulk copies instead of per-thread cp.async.
 #ifndef PROBE
 #define PROBE 0
 #endif
@@ -98,8 +98,8 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
-// Bulk copies (sm_90 TMA, no tensor map) completing on an mbarrier: the small-bh state pass moves a
-// chunk's ~66 KB with ~320 of them from one warp, instead of ~4 K 16-byte cp.async per CTA.
+// Bulk copies (sm_90 TMA, no tensor map) completing on an mbarrier: an opt-in fetch of the small-bh
+// state pass (a chunk's ~66 KB in ~320 row copies from one warp; slower, see SBULK).
 __device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
@@ -1175,9 +1175,11 @@ __device__ __forceinline__ void smallbh_fetch_bulk(const Params& p, char* st, i6
     }
     if (lane == 0) bulk_g2s(st + SL::GL, src + WLay::GL, KD * 4, bar);
 }
-// Bulk copies (default) or the per-thread cp.async fetch (DELTARULE_CUDA_PROBE bit 512, correct
-// results: the v5 path, kept for comparison).
-constexpr bool SBULK = !(PROBE & 512);
+// Per-thread cp.async (default) or bulk copies (DELTARULE_CUDA_PROBE bit 512, correct results).
+// Measured on the H200 (session 2): the ~320 row-sized bulk copies per chunk made the state pass
+// ~4x slower (gdn 16/32 1x8192 0.712 -> 1.718 ms whole call): each small bulk copy costs tens of
+// ns in the copy engine, so bulk copies only pay with few large contiguous blocks.
+constexpr bool SBULK = (PROBE & 512) != 0;
 
 // State kernel: grid (VD / VT, HV, N), NW warps, dynamic shared memory SLayT<VT>::TOTAL. Walks the
 // chunks of one (sequence, value head) for one V tile, with the next chunk's workspace block
