@@ -5,12 +5,10 @@
 # driver (golden diff, the two WGSL target shapes with each pass timed alone).
 # Carry: .dev (bin/deltarule, bin/cuda_device, bin/conformance, cubin), .whl (fla wheel), .gl.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+source bench/h200_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 TEST_TIMEOUT=200 SAN_TIMEOUT=150 bash bench/h200_cuda.sh all; echo "h200_cuda.sh rc=$?"
 echo "== wgpu (NVIDIA Vulkan)"
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan DELTARULE_WGPU_ADAPTER=NVIDIA
 B=.dev/bin/deltarule
 $B backends 2>&1 | grep wgpu
 $B diff --case tests/golden/shared/*.safetensors --backend wgpu > "$OUT/diff_wgpu.log" 2>&1; echo "diff wgpu rc=$? $(grep comparisons "$OUT/diff_wgpu.log")"

@@ -3,12 +3,7 @@
 # kernel, the golden diff on cuda and wgpu, timings of the key shapes on cuda (small-bh, chunked,
 # decode) and wgpu (per pass). Carry: target/release/deltarule, .dev/bin, .dev/cubin, .gl.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-NV=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], "lib"))' 2>/dev/null)
-ldconfig -p | grep -q libnvrtc.so || export LD_LIBRARY_PATH=${NV:-}:${LD_LIBRARY_PATH:-}
-export DELTARULE_CUDA_CACHE=/tmp/deltarule-cubin; mkdir -p $DELTARULE_CUDA_CACHE; cp .dev/cubin/*.cubin $DELTARULE_CUDA_CACHE/ 2>/dev/null
-export DELTARULE_REQUIRE_CUDA=1 DELTARULE_GOLDEN=$PWD/tests/golden/shared
+source bench/h200_env.sh
 B=./target/release/deltarule
 timeout 240 .dev/bin/cuda_device --test-threads=1 --nocapture > $OUT/dev.log 2>&1; echo "device tests rc=$?"
 grep -E " ran, |test result|panicked|FAIL" $OUT/dev.log | head -30
@@ -16,6 +11,5 @@ for b in cuda cuda:small-bh cuda:chunked; do $B diff --case tests/golden/shared/
 awk 'NR>1 && $3 ~ /cuda/ {print $1, $3, $5, $7}' $OUT/diff_cuda:small-bh.log | sort -k4 | tail -4
 $B bench --backend cuda:small-bh cuda:chunked --shape gdn-16/32-1x8192 gdn-4/8-1x8192 kda-32/32-1x8192 gdn-16/32-16x1024 --iters 20 2>/dev/null
 $B bench --backend cuda --shape gdn-decode-16/32-256x1 gdn-16/32-1x32768 gdn-16/32-256x64 kda-64/64-1x8192 --iters 20 2>/dev/null
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan DELTARULE_WGPU_ADAPTER=NVIDIA
 $B diff --case tests/golden/shared/*.safetensors --backend wgpu > $OUT/diff_wgpu.log 2>&1; echo "diff wgpu rc=$? $(grep comparisons $OUT/diff_wgpu.log)"
 $B bench --backend wgpu --shape gdn-16/32-1x8192 kda-32/32-1x8192 --iters 10 2>/dev/null

@@ -4,12 +4,7 @@
 # whole-call vs per-pass gap (single input set, longer warm-up).
 # Carry: target/release/deltarule, .dev/bin, .dev/cubin, .gl.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-NV=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], "lib"))' 2>/dev/null)
-ldconfig -p | grep -q libnvrtc.so || export LD_LIBRARY_PATH=${NV:-}:${LD_LIBRARY_PATH:-}
-export DELTARULE_CUDA_CACHE=/tmp/deltarule-cubin; mkdir -p $DELTARULE_CUDA_CACHE; cp .dev/cubin/*.cubin $DELTARULE_CUDA_CACHE/ 2>/dev/null
-export DELTARULE_REQUIRE_CUDA=1 DELTARULE_GOLDEN=$PWD/tests/golden/shared
+source bench/h200_env.sh
 B=./target/release/deltarule
 for bv in auto 32 16; do
   if [[ $bv == auto ]]; then unset DELTARULE_CUDA_STATE_BV; else export DELTARULE_CUDA_STATE_BV=$bv; fi
@@ -21,7 +16,6 @@ unset DELTARULE_CUDA_STATE_BV
 for bv in 16 32; do echo "-- state bv $bv"; DELTARULE_CUDA_STATE_BV=$bv $B bench --backend cuda:small-bh --shape gdn-4/8-1x8192 gdn-16/32-1x8192 kda-32/32-1x8192 --iters 20 2>/dev/null | tail -3; done
 timeout 100 ncu --clock-control none -k "regex:gdn_prefill_(intra|state)" -c 2 --section SpeedOfLight $B bench --backend cuda:small-bh --shape gdn-16/32-1x8192 --warmup 0 --iters 1 --rotate-mib 1 2>&1 | grep -E "gdn_prefill|Duration"
 timeout 100 ncu --clock-control none -k "regex:kda_prefill_(intra|state)" -c 2 --section SpeedOfLight $B bench --backend cuda:small-bh --shape kda-32/32-1x8192 --warmup 0 --iters 1 --rotate-mib 1 2>&1 | grep -E "kda_prefill|Duration"
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan DELTARULE_WGPU_ADAPTER=NVIDIA
 echo "-- wgpu gdn: default, one input set, warm-up 30"
 $B bench --backend wgpu --shape gdn-16/32-1x8192 --iters 10 2>/dev/null | tail -2
 $B bench --backend wgpu --shape gdn-16/32-1x8192 --iters 10 --rotate-mib 0 2>/dev/null | tail -2

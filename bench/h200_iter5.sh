@@ -3,11 +3,7 @@
 # golden diff, and the key shapes with bulk copies vs the cp.async fetch (PROBE 512).
 # Carry: target/release/deltarule, .dev/bin, .dev/cubin.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-NV=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], "lib"))' 2>/dev/null)
-ldconfig -p | grep -q libnvrtc.so || export LD_LIBRARY_PATH=${NV:-}:${LD_LIBRARY_PATH:-}
-export DELTARULE_CUDA_CACHE=/tmp/deltarule-cubin; mkdir -p $DELTARULE_CUDA_CACHE; cp .dev/cubin/*.cubin $DELTARULE_CUDA_CACHE/ 2>/dev/null
-export DELTARULE_REQUIRE_CUDA=1 DELTARULE_GOLDEN=$PWD/tests/golden/shared
+source bench/h200_env.sh
 B=./target/release/deltarule
 for bv in auto 32; do
   if [[ $bv == auto ]]; then unset DELTARULE_CUDA_STATE_BV; else export DELTARULE_CUDA_STATE_BV=$bv; fi

@@ -5,15 +5,7 @@
 # see AdapterChoice::probe) next to the whole-call and per-pass times.
 # Carry: target/release/deltarule, .dev/cubin, .gl.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-if ! ldconfig -p | grep -q libnvrtc.so; then
-  NV=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], "lib"))' 2>/dev/null)
-  export LD_LIBRARY_PATH=${NV:-}:${LD_LIBRARY_PATH:-}
-fi
-export DELTARULE_CUDA_CACHE=/tmp/deltarule-cubin
-mkdir -p "$DELTARULE_CUDA_CACHE" && cp .dev/cubin/*.cubin "$DELTARULE_CUDA_CACHE"/ 2>/dev/null
+source bench/h200_env.sh
 B=./target/release/deltarule
 SECS="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
 prof() { # name backend shape kernel-regex count
@@ -28,7 +20,6 @@ if [[ ${NCU:-1} == 1 ]]; then
   prof decode cuda gdn-decode-16/32-256x1 "decode_recurrent" 1
 fi
 echo "== wgpu probes (gdn 16/32 1x8192; bits: 1 W/U stores, 2 P stores, 4 solve, 8 step 4, 16 step 2)"
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan DELTARULE_WGPU_ADAPTER=NVIDIA
 $B backends 2>&1 | head -20
 for pr in 0 1 2 3 4 8 12 16 28 31; do
   echo "-- probe $pr"

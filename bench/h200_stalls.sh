@@ -3,14 +3,7 @@
 # (ncu metrics) and the small-bh gdn time with parts left out (DELTARULE_CUDA_PROBE bit masks,
 # kernels/prefill.cuh). Carry: target/release/deltarule, .dev/cubin.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-if ! ldconfig -p | grep -q libnvrtc.so; then
-  NV=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], "lib"))' 2>/dev/null)
-  export LD_LIBRARY_PATH=${NV:-}:${LD_LIBRARY_PATH:-}
-fi
-export DELTARULE_CUDA_CACHE=/tmp/deltarule-cubin
-mkdir -p "$DELTARULE_CUDA_CACHE" && cp .dev/cubin/*.cubin "$DELTARULE_CUDA_CACHE"/ 2>/dev/null
+source bench/h200_env.sh
 B=./target/release/deltarule
 M='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sass__inst_executed_per_opcode,smsp__inst_executed.sum,sm__cycles_elapsed.avg'
 timeout 150 ncu --clock-control none -k "regex:gdn_prefill_(intra|state)" -c 2 --metrics "$M" $B bench --backend cuda:small-bh --shape gdn-16/32-1x8192 --warmup 0 --iters 1 --rotate-mib 1 > "$OUT/stalls_gdn.txt" 2>&1

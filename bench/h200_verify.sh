@@ -6,16 +6,7 @@
 # `cargo test --release --no-run`), .dev/cubin (DELTARULE_PRECOMPILE=... cargo test --release -p
 # deltarule-cuda --test kernels precompile), .gl (Vulkan loader debs).
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-if ! ldconfig -p | grep -q libnvrtc.so; then
-  NV=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], "lib"))' 2>/dev/null)
-  export LD_LIBRARY_PATH=${NV:-}:${LD_LIBRARY_PATH:-}
-fi
-export DELTARULE_CUDA_CACHE=/tmp/deltarule-cubin
-mkdir -p "$DELTARULE_CUDA_CACHE" && cp .dev/cubin/*.cubin "$DELTARULE_CUDA_CACHE"/ 2>/dev/null
-export DELTARULE_REQUIRE_CUDA=1 DELTARULE_GOLDEN=$PWD/tests/golden/shared
+source bench/h200_env.sh
 status=0
 echo "== CUDA device tests (each kernel named)"
 timeout 150 .dev/bin/cuda_device --test-threads=1 --nocapture > "$OUT/cuda_device.log" 2>&1; rc=$?
@@ -32,6 +23,5 @@ timeout ${SAN_TIMEOUT:-70} compute-sanitizer --tool memcheck --error-exitcode 9 
 grep -E "ERROR SUMMARY|test result" "$OUT/memcheck.log" | tail -2; echo "memcheck rc=$rc"
 echo "== timings"
 ./target/release/deltarule bench --backend cuda --shape gdn-16/32-1x8192 gdn-16/32-16x1024 gdn-4/8-1x8192 kda-32/32-1x8192 --iters 20 2>/dev/null
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan DELTARULE_WGPU_ADAPTER=NVIDIA
 ./target/release/deltarule bench --backend wgpu --shape gdn-16/32-1x8192 kda-32/32-1x8192 gdn-16/32-16x1024 --iters 10 2>/dev/null
 exit $status
