@@ -49,6 +49,8 @@ pub struct CudaBackend {
     cache_dir: Option<PathBuf>,
     modules: ModuleCache,
     workspace: Mutex<Workspace>,
+    /// Forced small-bh state-pass width (`DELTARULE_CUDA_STATE_BV=16|32`, read once; benchmarks).
+    state_bv: Option<usize>,
 }
 
 fn unavailable(reason: impl Into<String>) -> Error {
@@ -116,6 +118,10 @@ impl CudaBackend {
             cache_dir,
             modules: ModuleCache::default(),
             workspace: Mutex::new(Workspace::new()),
+            state_bv: std::env::var("DELTARULE_CUDA_STATE_BV")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .filter(|bv| *bv == 16 || *bv == 32),
         })
     }
 
@@ -320,7 +326,7 @@ impl CudaBackend {
                     &prm,
                 )?;
                 let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
-                if narrow_state_pass(p, sms) {
+                if narrow_state_pass(p, sms, self.state_bv) {
                     // few (sequence, value head) pairs: 16-column V tiles, twice the CTAs
                     launch_one(
                         &main,
@@ -452,13 +458,11 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
 }
 
 /// Whether the small-bh state pass runs its 16-column variant: when the 32-column tiles of all
-/// (sequence, value head) pairs fill at most half the SMs (`DELTARULE_CUDA_STATE_BV=16|32`
-/// forces one, for benchmarks).
-fn narrow_state_pass(p: &Problem, sms: usize) -> bool {
-    match std::env::var("DELTARULE_CUDA_STATE_BV").ok().as_deref() {
-        Some("16") => true,
-        Some("32") => false,
-        _ => p.seqs * p.hv * (p.v / 32) * 2 <= sms,
+/// (sequence, value head) pairs fill at most half the SMs, unless `forced` (16 or 32) says.
+fn narrow_state_pass(p: &Problem, sms: usize, forced: Option<usize>) -> bool {
+    match forced {
+        Some(bv) => bv == 16,
+        None => p.seqs * p.hv * (p.v / 32) * 2 <= sms,
     }
 }
 
