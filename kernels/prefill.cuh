@@ -40,7 +40,7 @@
 // State pass: 1 the W/q̃/k̃ fetch, 2 the W·S and q̃·S products, 4 the S update product.
 // Intra: 8 the T solve, 32 step 2 (A and P; gdn), 64 step 5's products,
 // 128 the small-bh copy of W, q̃, k̃ to the workspace. 512 (correct results): the state pass fetches
-// with bulk copies instead of per-thread cp.async.
+// with bulk copies instead of per-thread cp.async; 1024 (correct results): no L2 prefetch.
 #ifndef PROBE
 #define PROBE 0
 #endif
@@ -1131,7 +1131,7 @@ __device__ __forceinline__ void prefetch_l2(const void* g, u32 bytes) {
 }
 // Chunks the state pass asks L2 for ahead of its cp.async double buffer (v6: the pass waited on
 // HBM latency every chunk with one chunk of lookahead; see bench/NOTES.md).
-constexpr int SPF = 4;
+constexpr int SPF = (PROBE & 1024) ? 0 : 4;
 
 // Loads chunk row `rr` of value head hv (V columns [v0, v0 + VT)) into stage `st` with cp.async
 // (NW warps).
@@ -1236,7 +1236,7 @@ __device__ void smallbh_state(const Params& p) {
             if (c + 1 < nch) smallbh_fetch<VT, NW>(p, sm + ((c + 1) & 1) * SL::STAGE, r0 + c + 1, hv, v0);
             cp_async_commit();
         }
-        if (threadIdx.x == 0 && c + 1 + SPF < nch)
+        if (SPF > 0 && threadIdx.x == 0 && c + 1 + SPF < nch)
             prefetch_l2((const char*)p.work + ((i64)(r0 + c + 1 + SPF) * p.HV + hv) * WLay::BLOCK, WLay::BLOCK);
         const char* st = sm + (c & 1) * SL::STAGE;
         const int t0 = (int)bos + c * CH;
