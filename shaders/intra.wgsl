@@ -16,10 +16,50 @@
 // with m < 64, q < 16 (< 1024 vec4s); the packed Tᵀ has 544 vec4s (tp_base(15) + 63 = 543) and
 // t_product reads tp_base(g) + m with m < mend <= 4 g + 4 (g < 16); the solve's scratch indices
 // are < 768 scalars; the W/U/qdec/kdec writes are guarded by the head dims (d < K, columns < V4)
-// and land in the (chunk, head) slot the caller passes.
+// and land in the (chunk, head) slot the caller passes. The q/k/v loaders read token t0 + i only
+// for i < L (t0 + L <= T from the chunk table of validated cu_seqlens), else token t0, and channel
+// d < K (e < V), else 0: inside q, k, v.
 
 @group(0) @binding(7) var<storage, read_write> wsa: array<f32>;
 @group(0) @binding(8) var<storage, read_write> wsu: array<f32>;
+
+// The q/k/v loaders of the two stages (inputs.wgsl's `ld` at clamped indices).
+
+// q (which 0) or k (1) of chunk row i, channel d: an unconditional load (row t0, channel 0 when
+// outside the chunk or K) zeroed by selection, so a batch of these issues back to back.
+fn qk_at(which: u32, i: u32, d: u32, t0: u32, l: u32, h: u32) -> f32 {
+    let ok = i < l && d < HEAD_K;
+    let x = ld(which, ((t0 + select(0u, i, ok)) * prm.heads + h) * HEAD_K + select(0u, d, ok));
+    return select(0.0, x, ok);
+}
+
+// v of chunk row i, column e (same scheme).
+fn v_at(i: u32, e: u32, t0: u32, l: u32, hv: u32) -> f32 {
+    let ok = i < l && e < HEAD_V;
+    let x = ld(2u, ((t0 + select(0u, i, ok)) * prm.vheads + hv) * HEAD_V + select(0u, e, ok));
+    return select(0.0, x, ok);
+}
+
+// Raw source elements (row m, columns 4 q .. 4 q + 3) of tile `tile` of the W/U/qdec stream: k for
+// the first ntk tiles, v for the next ntv, q for the last ntk (64 columns a tile). Unconditional
+// loads at clamped indices, zeroed by selection (rows >= L, columns beyond K or V).
+fn src4(tile: u32, m: u32, q: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f32> {
+    let ntk = (HEAD_K + 63u) / 64u;
+    let ntv = (k4(HEAD_V) + 63u) / 64u;
+    if (tile < ntk) {
+        let d = tile * 64u + 4u * q;
+        return vec4<f32>(qk_at(1u, m, d, t0, l, h), qk_at(1u, m, d + 1u, t0, l, h),
+            qk_at(1u, m, d + 2u, t0, l, h), qk_at(1u, m, d + 3u, t0, l, h));
+    }
+    if (tile < ntk + ntv) {
+        let e = (tile - ntk) * 64u + 4u * q;
+        return vec4<f32>(v_at(m, e, t0, l, hv), v_at(m, e + 1u, t0, l, hv),
+            v_at(m, e + 2u, t0, l, hv), v_at(m, e + 3u, t0, l, hv));
+    }
+    let d = (tile - ntk - ntv) * 64u + 4u * q;
+    return vec4<f32>(qk_at(0u, m, d, t0, l, h), qk_at(0u, m, d + 1u, t0, l, h),
+        qk_at(0u, m, d + 2u, t0, l, h), qk_at(0u, m, d + 3u, t0, l, h));
+}
 
 const AS: u32 = 65u;       // row stride of the A / T matrix
 

@@ -65,11 +65,6 @@ fn x_set(x: u32, v: f32) {
     s_x[x >> 2u][x & 3u] = v;
 }
 
-fn qk_at(which: u32, i: u32, d: u32, t0: u32, l: u32, h: u32) -> f32 {
-    let ok = i < l && d < HEAD_K;
-    let x = ld(which, ((t0 + select(0u, i, ok)) * prm.heads + h) * HEAD_K + select(0u, d, ok));
-    return select(0.0, x, ok);
-}
 
 // Raw gate input g of chunk row i, channel d (same scheme).
 fn g_at(i: u32, d: u32, t0: u32, l: u32, hv: u32) -> f32 {
@@ -84,33 +79,7 @@ fn gate_at(x: f32, i: u32, d: u32, l: u32, a_exp: f32, bias: f32) -> f32 {
     return select(0.0, gv, i < l && d < HEAD_K);
 }
 
-// v of chunk row i, column e (same scheme as qk_at).
-fn v_at(i: u32, e: u32, t0: u32, l: u32, hv: u32) -> f32 {
-    let ok = i < l && e < HEAD_V;
-    let x = ld(2u, ((t0 + select(0u, i, ok)) * prm.vheads + hv) * HEAD_V + select(0u, e, ok));
-    return select(0.0, x, ok);
-}
 
-// Raw source elements (row m, columns 4 q .. 4 q + 3) of tile `tile` of the W/U/qdec stream: k for
-// the first ntk tiles, v for the next ntv, q for the last ntk (64 columns a tile). Unconditional
-// loads at clamped indices, zeroed by selection (rows >= L, columns beyond K or V).
-fn src4(tile: u32, m: u32, q: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f32> {
-    let ntk = (HEAD_K + 63u) / 64u;
-    let ntv = (k4(HEAD_V) + 63u) / 64u;
-    if (tile < ntk) {
-        let d = tile * 64u + 4u * q;
-        return vec4<f32>(qk_at(1u, m, d, t0, l, h), qk_at(1u, m, d + 1u, t0, l, h),
-            qk_at(1u, m, d + 2u, t0, l, h), qk_at(1u, m, d + 3u, t0, l, h));
-    }
-    if (tile < ntk + ntv) {
-        let e = (tile - ntk) * 64u + 4u * q;
-        return vec4<f32>(v_at(m, e, t0, l, hv), v_at(m, e + 1u, t0, l, hv),
-            v_at(m, e + 2u, t0, l, hv), v_at(m, e + 3u, t0, l, hv));
-    }
-    let d = (tile - ntk - ntv) * 64u + 4u * q;
-    return vec4<f32>(qk_at(0u, m, d, t0, l, h), qk_at(0u, m, d + 1u, t0, l, h),
-        qk_at(0u, m, d + 2u, t0, l, h), qk_at(0u, m, d + 3u, t0, l, h));
-}
 
 // Γ[m][channels of vec4 column q] for the W and qdec tiles of the stream (0 for U tiles; loads at
 // channel min(d, K − 1), whose values for d >= K multiply zero raw elements).
