@@ -684,3 +684,35 @@ impl Backend for CudaBackend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::narrow_state_pass;
+    use deltarule_core::{Mode, Op, Problem};
+
+    fn prefill(seqs: usize, h: usize, hv: usize) -> Problem {
+        Problem::new(Op::Gdn, Mode::Prefill, seqs, 8192, h, hv, 128, 128)
+    }
+
+    #[test]
+    fn narrow_state_pass_only_when_the_wide_one_leaves_most_sms_idle() {
+        // gdn 4/8, 1 x 8192 on 132 SMs: 8 pairs x 4 tiles = 32 CTAs -> 16-column tiles (64 CTAs)
+        assert!(narrow_state_pass(&prefill(1, 4, 8), 132, None));
+        // 16/32: 128 CTAs of 32 columns already fill the SMs
+        assert!(!narrow_state_pass(&prefill(1, 16, 32), 132, None));
+        // 66 CTAs fill exactly half of 132: still narrow; 67 would not be
+        assert!(narrow_state_pass(
+            &Problem::new(Op::Kda, Mode::Prefill, 33, 8192, 1, 1, 128, 64),
+            132,
+            None
+        ));
+        assert!(!narrow_state_pass(
+            &Problem::new(Op::Kda, Mode::Prefill, 67, 8192, 1, 1, 128, 32),
+            132,
+            None
+        ));
+        // a forced width wins either way
+        assert!(narrow_state_pass(&prefill(1, 16, 32), 132, Some(16)));
+        assert!(!narrow_state_pass(&prefill(1, 4, 8), 132, Some(32)));
+    }
+}
