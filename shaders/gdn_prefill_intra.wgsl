@@ -244,13 +244,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
     }
-    if (tid < 128u) {
-        var r = 1.0;
-        if (prm.l2norm == 1u && nrow < L) {
-            r = 1.0 / sqrt(ss + 1e-6);
-        }
-        if (tid < 64u) { s_rk[nrow] = r; } else { s_rq[nrow] = r; }
-    }
+    store_norm(tid, nrow, ss, L);
     workgroupBarrier();
     put_ap(ty * 4u, tx, kk0, qk0, L, base_p);
     put_ap(ty * 4u + 1u, tx, kk1, qk1, L, base_p);

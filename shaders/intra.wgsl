@@ -61,6 +61,18 @@ fn src4(tile: u32, m: u32, q: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f32
         qk_at(0u, m, d + 2u, t0, l, h), qk_at(0u, m, d + 3u, t0, l, h));
 }
 
+// The reciprocal L2 norms from the summed squares: invocations 0..63 hold k row `nrow`'s sum,
+// 64..127 q's (1 when l2norm is off or the row is past the chunk). Each stage declares s_rk, s_rq.
+fn store_norm(tid: u32, nrow: u32, ss: f32, l: u32) {
+    if (tid < 128u) {
+        var r = 1.0;
+        if (prm.l2norm == 1u && nrow < l) {
+            r = 1.0 / sqrt(ss + 1e-6);
+        }
+        if (tid < 64u) { s_rk[nrow] = r; } else { s_rq[nrow] = r; }
+    }
+}
+
 const AS: u32 = 65u;       // row stride of the A / T matrix
 
 // A (strictly lower, rows scaled by beta) and then T, T[i][j] stored at s_at[j][i]; rows padded
