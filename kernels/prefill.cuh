@@ -40,7 +40,7 @@
 // State pass: 1 the W/q̃/k̃ fetch, 2 the W·S and q̃·S products, 4 the S update product.
 // Intra: 8 the T solve, 32 step 2 (A and P; gdn), 64 step 5's products,
 // 128 the small-bh copy of W, q̃, k̃ to the workspace. 512 (correct results): the state pass fetches
-// with bulk copies instead of per-thread cp.async; 1024 (correct results): no L2 prefetch.
+// with bulk copies instead of per-thread cp.async.
 #ifndef PROBE
 #define PROBE 0
 #endif
@@ -1124,15 +1124,6 @@ __device__ void smallbh_intra(const Params& p) {
         *(uint4*)(dst + WLay::GL + u * 16) = *(const uint4*)(sm + LY::GL + u * 16);
 }
 
-// Asks L2 to fetch `bytes` (a multiple of 16) at the 16-byte aligned global address `g` (sm_90 bulk
-// prefetch: one instruction, no registers or shared memory held while it is in flight).
-__device__ __forceinline__ void prefetch_l2(const void* g, u32 bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(g), "r"(bytes) : "memory");
-}
-// Chunks the state pass asks L2 for ahead of its cp.async double buffer (v6: the pass waited on
-// HBM latency every chunk with one chunk of lookahead; see bench/NOTES.md).
-constexpr int SPF = (PROBE & 1024) ? 0 : 4;
-
 // Loads chunk row `rr` of value head hv (V columns [v0, v0 + VT)) into stage `st` with cp.async
 // (NW warps).
 template <int VT, int NW>
@@ -1217,9 +1208,6 @@ __device__ void smallbh_state(const Params& p) {
         if (nch > 0) smallbh_fetch<VT, NW>(p, sm, r0, hv, v0);
         cp_async_commit();
     }
-    if (threadIdx.x == 0)
-        for (int c = 1; c <= SPF && c < nch; ++c)
-            prefetch_l2((const char*)p.work + ((i64)(r0 + c) * p.HV + hv) * WLay::BLOCK, WLay::BLOCK);
     for (int c = 0; c < nch; ++c) {
         u16* Sb = (u16*)(sm + SL::SB) + (c & 1) * SL::SBN;
         if (SBULK) mbar_wait(bars + (c & 1), (c >> 1) & 1);  // chunk c's stage has landed
@@ -1236,8 +1224,6 @@ __device__ void smallbh_state(const Params& p) {
             if (c + 1 < nch) smallbh_fetch<VT, NW>(p, sm + ((c + 1) & 1) * SL::STAGE, r0 + c + 1, hv, v0);
             cp_async_commit();
         }
-        if (SPF > 0 && threadIdx.x == 0 && c + 1 + SPF < nch)
-            prefetch_l2((const char*)p.work + ((i64)(r0 + c + 1 + SPF) * p.HV + hv) * WLay::BLOCK, WLay::BLOCK);
         const char* st = sm + (c & 1) * SL::STAGE;
         const int t0 = (int)bos + c * CH;
         const int L = imin(CH, len - c * CH);
