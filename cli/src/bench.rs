@@ -185,6 +185,14 @@ pub fn run(args: BenchArgs) -> Result<Outcome> {
                 }
             };
             let gpu = median(&rep.device_ms);
+            let mut sorted = rep.device_ms.clone();
+            sorted.sort_by(|a, b| a.total_cmp(b));
+            let pct = |q: f64| -> f64 {
+                sorted
+                    .get(((sorted.len() as f64 - 1.0) * q).round() as usize)
+                    .copied()
+                    .unwrap_or(0.0)
+            };
             let host = median(&rep.host_us);
             let f = flops(&prob);
             let by = min_bytes(&prob);
@@ -192,7 +200,8 @@ pub fn run(args: BenchArgs) -> Result<Outcome> {
             let row = json!({
                 "shape": name, "backend": b, "rule": rule.id, "device": rep.device,
                 "timer": rep.timer, "gpu_ms_median": gpu, "host_us_median": host,
-                "gpu_ms_min": rep.device_ms.iter().cloned().fold(f64::INFINITY, f64::min),
+                "gpu_ms_min": pct(0.0), "gpu_ms_p10": pct(0.1), "gpu_ms_p90": pct(0.9),
+                "gpu_ms_max": pct(1.0),
                 "iters": rep.device_ms.len(), "input_sets": rep.input_sets,
                 "tokens_per_s": prob.tokens as f64 / (gpu * 1e-3),
                 "tflops": f / (gpu * 1e-3) / 1e12, "gbps": by / (gpu * 1e-3) / 1e9,
