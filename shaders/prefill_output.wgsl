@@ -21,17 +21,6 @@
 // vec4 aligned); tile loads read row min(d, K − 1) and column e < V4 (else column 0) and are
 // zeroed outside, P/V_new rows j < 64; workgroup tiles have 256 vec4s.
 
-override HEAD_K: u32 = 64u;
-override HEAD_V: u32 = 64u;
-
-@group(0) @binding(0) var<uniform> prm: Params;
-@group(0) @binding(1) var<storage, read> aux: array<u32>;
-@group(0) @binding(2) var<storage, read> wsa: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> wsu: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> wsh: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> outs: array<f32>;
-@group(0) @binding(6) var<storage, read_write> o16: array<u32>;
-
 var<workgroup> s_a: array<vec4<f32>, 256>;   // [16][64 / 4]: qdecᵀ or Pᵀ rows
 var<workgroup> s_b: array<vec4<f32>, 256>;   // [16][64 / 4]: h or V_new rows
 var<workgroup> s_mt: vec2<u32>;
@@ -125,28 +114,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
     }
 
-    for (var a = 0u; a < 4u; a++) {
-        let i = ty * 4u + a;
-        var ov = a0;
-        if (a == 1u) { ov = a1; } else if (a == 2u) { ov = a2; } else if (a == 3u) { ov = a3; }
-        if (i < L) {
-            let row = ((t0 + i) * prm.vheads + hv) * V;
-            if (prm.pack_dt != 0u) {
-                for (var b = 0u; b < 4u; b += 2u) {
-                    let e = e0 + tx * 4u + b;
-                    if (e < V) {
-                        o16[(row + e) / 2u] = encode16(ov[b], prm.pack_dt)
-                            | (encode16(ov[b + 1u], prm.pack_dt) << 16u);
-                    }
-                }
-            } else {
-                for (var b = 0u; b < 4u; b++) {
-                    let e = e0 + tx * 4u + b;
-                    if (e < V) {
-                        outs[prm.off_o + row + e] = ov[b];
-                    }
-                }
-            }
-        }
-    }
+    put_o4(t0, L, hv, e0, ty, tx, a0, a1, a2, a3);
 }

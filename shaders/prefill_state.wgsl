@@ -55,76 +55,14 @@
 // s_x[d BQ + cq] (d < K4, cq < BQ); partials at 64 BQ kh + (i2 + r) BQ + cq < 64 BQ SK = 1024,
 // after the V_new tile (rows < 64), which kh = 0 writes only after the partials' barrier.
 
-override HEAD_K: u32 = 64u;
-override HEAD_V: u32 = 64u;
-override BV: u32 = 32u;   // 16 (K <= 256) or 32 (K <= 128)
 // W·S tiling (DELTARULE_WGPU_STATE_WS): 0 = a 4 x CW block per invocation over all rows d;
 // 1 = a 4 x 4 block per invocation over every SK-th 4-row group of d (SK = 16 / BQ splits of
 // the workgroup), partial sums added through s_x (half the workgroup loads per FMA at BV = 32,
 // one more barrier per chunk).
 override WS_SPLIT: u32 = 0u;
 
-@group(0) @binding(0) var<uniform> prm: Params;
-@group(0) @binding(1) var<storage, read> aux: array<u32>;
-@group(0) @binding(2) var<storage, read> wsa: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> wsu: array<f32>;
-@group(0) @binding(4) var<storage, read_write> wsh: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> st: array<u32>;
-@group(0) @binding(6) var<storage, read_write> outs: array<f32>;
-
 var<workgroup> s_a: array<vec4<f32>, 1024>;   // the staged part: Wᵀ [64][16] or kdec [IP][K4 / 4]
 var<workgroup> s_x: array<vec4<f32>, 1024>;   // S copy [K4][BV / 4], or V_new [64][BV / 4]
-
-fn load_state(row: u32, hv: u32, d: u32, e: u32) -> f32 {
-    let K = HEAD_K;
-    let V = HEAD_V;
-    let idx = (row * prm.vheads + hv) * K * V + state_offset(d, e, K, V, prm.state_layout);
-    if (prm.state_dt == DT_F32) {
-        return bitcast<f32>(st[idx]);
-    }
-    return decode16(st[idx >> 1u], idx, prm.state_dt);
-}
-
-fn init1(ok: bool, row: u32, hv: u32, d: u32, e: u32) -> f32 {
-    if (ok && e < HEAD_V) {
-        return load_state(row, hv, d, e);
-    }
-    return 0.0;
-}
-
-// Initial state row d, columns e .. e + 3 (zeros beyond K, V or without an initial state).
-fn init4(row: u32, hv: u32, d: u32, e: u32) -> vec4<f32> {
-    let ok = d < HEAD_K && prm.state_in == 1u && row != NONE;
-    return vec4<f32>(
-        init1(ok, row, hv, d, e),
-        init1(ok, row, hv, d, e + 1u),
-        init1(ok, row, hv, d, e + 2u),
-        init1(ok, row, hv, d, e + 3u)
-    );
-}
-
-// State row d, columns e .. e + 3 into outs[base + layout offset] (f32), inside K x V.
-fn put_out(base: u32, d: u32, e: u32, x: vec4<f32>) {
-    if (d < HEAD_K) {
-        for (var b = 0u; b < 4u; b++) {
-            if (e + b < HEAD_V) {
-                outs[base + state_offset(d, e + b, HEAD_K, HEAD_V, prm.state_layout)] = x[b];
-            }
-        }
-    }
-}
-
-// The same into the in-place f32 pool `st`.
-fn put_st(base: u32, d: u32, e: u32, x: vec4<f32>) {
-    if (d < HEAD_K) {
-        for (var b = 0u; b < 4u; b++) {
-            if (e + b < HEAD_V) {
-                st[base + state_offset(d, e + b, HEAD_K, HEAD_V, prm.state_layout)] =
-                    bitcast<u32>(x[b]);
-            }
-        }
-    }
-}
 
 // U of row i, columns eg, eg + 1 (the second only when BV = 32), zero outside the chunk.
 fn load_u(base_u: u32, i: u32, eg: u32, l: u32) -> vec2<f32> {
@@ -198,45 +136,6 @@ fn s_pair(d: u32, c0: u32) -> vec2<f32> {
         return select(v.xy, v.zw, (c0 & 2u) != 0u);
     }
     return vec2<f32>(v[c0 & 3u], 0.0);
-}
-
-// One 32-byte sector of the Wᵀ/kdec span of a slot (q0: its first vec4), clamped to the span.
-fn touch(q0: u32, sector: u32) -> f32 {
-    let span = 16u * (HEAD_K + k4(HEAD_K));   // vec4s of Wᵀ [K][64] then kdec [64][K4]
-    return wsa[q0 + min(2u * sector, span - 1u)].x;
-}
-
-// Wᵀ parts (64 rows d each).
-fn n_wparts() -> u32 {
-    return (HEAD_K + 63u) / 64u;
-}
-
-// Rows i of a kdec part: as many as fit 1024 vec4s, a multiple of 4 (16 at K = 256).
-fn kd_rows() -> u32 {
-    let KQ = k4(HEAD_K) / 4u;
-    return min(64u, (1024u / KQ) & ~3u);
-}
-
-fn n_uparts() -> u32 {
-    return (64u + kd_rows() - 1u) / kd_rows();
-}
-
-// Stage s of a chunk: (first vec4 relative to the slot, vec4s); len >= 1 and <= 1024.
-fn stage_span(s: u32) -> vec2<u32> {
-    let NW = n_wparts();
-    if (s < NW) {
-        return vec2<u32>(1024u * s, min(64u, HEAD_K - 64u * s) * 16u);
-    }
-    let KQ = k4(HEAD_K) / 4u;
-    let IP = kd_rows();
-    let j = s - NW;
-    return vec2<u32>(16u * HEAD_K + j * IP * KQ, min(IP, 64u - j * IP) * KQ);
-}
-
-// vec4 x of a stage's span (slot at vec4 q), zero beyond it.
-fn stage_ld(q: u32, sp: vec2<u32>, x: u32) -> vec4<f32> {
-    let v = wsa[q + sp.x + min(x, sp.y - 1u)];
-    return select(vec4<f32>(0.0), v, x < sp.y);
 }
 
 @compute @workgroup_size(256)
@@ -348,14 +247,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         let gl = wsa[qb + ws_gl(K) / 4u + min(sr, KQ - 1u)];
 
-        // h[c] = S ([K][V4]; the padding columns hold the zeros of S beyond V)
-        if (e_s < V4) {
-            let qe = q_h + e_s / 4u;
-            if (d_s < K) { wsh[qe + d_s * V4 / 4u] = s0; }
-            if (d_s + 1u < K) { wsh[qe + (d_s + 1u) * V4 / 4u] = s1; }
-            if (d_s + 2u < K) { wsh[qe + (d_s + 2u) * V4 / 4u] = s2; }
-            if (d_s + 3u < K) { wsh[qe + (d_s + 3u) * V4 / 4u] = s3; }
-        }
+        // h[c] = S
+        put_h(q_h, d_s, e_s, s0, s1, s2, s3);
 
         var a0 = vec4<f32>(0.0);
         var a1 = vec4<f32>(0.0);
@@ -490,13 +383,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
 
         // checkpoint after this chunk
-        if (prm.ckpt == 1u && ck != NONE) {
-            let cbase = prm.off_ckpt + (ck * HV + hv) * K * V;
-            put_out(cbase, d_s, e_s, s0);
-            put_out(cbase, d_s + 1u, e_s, s1);
-            put_out(cbase, d_s + 2u, e_s, s2);
-            put_out(cbase, d_s + 3u, e_s, s3);
-        }
+        put_ckpt(ck, hv, d_s, e_s, s0, s1, s2, s3);
 
         // Consume the touch loads (a chunk exists only when tokens > 0, so this never stores;
         // the driver cannot know that and keeps the loads).
@@ -506,18 +393,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
 
-    if (final_row != NONE) {
-        let fbase = (final_row * HV + hv) * K * V;
-        if (prm.final_mode == 1u) {
-            put_out(prm.off_final + fbase, d_s, e_s, s0);
-            put_out(prm.off_final + fbase, d_s + 1u, e_s, s1);
-            put_out(prm.off_final + fbase, d_s + 2u, e_s, s2);
-            put_out(prm.off_final + fbase, d_s + 3u, e_s, s3);
-        } else if (prm.final_mode == 2u) {
-            put_st(fbase, d_s, e_s, s0);
-            put_st(fbase, d_s + 1u, e_s, s1);
-            put_st(fbase, d_s + 2u, e_s, s2);
-            put_st(fbase, d_s + 3u, e_s, s3);
-        }
-    }
+    put_final(final_row, hv, d_s, e_s, s0, s1, s2, s3);
 }

@@ -19,15 +19,19 @@ pub enum Kernel {
     Recurrent,
     /// Chunked prefill split for few (sequence x value head) pairs.
     SmallBh,
+    /// Chunked prefill with cooperative-matrix (tensor-core) products, f16 operands and f32
+    /// accumulation (wgpu, where the adapter offers 16x16x16 f16 -> f32 matrices).
+    Coop,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 5] = [
+    pub const ALL: [Kernel; 6] = [
         Kernel::Reference,
         Kernel::Chunked,
         Kernel::ChunkedF64,
         Kernel::Recurrent,
         Kernel::SmallBh,
+        Kernel::Coop,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -36,6 +40,7 @@ impl Kernel {
             Kernel::ChunkedF64 => "chunked-f64",
             Kernel::Recurrent => "recurrent",
             Kernel::SmallBh => "small-bh",
+            Kernel::Coop => "coop",
         }
     }
     pub fn parse(s: &str) -> Option<Kernel> {

@@ -110,6 +110,8 @@ pub enum Need {
     Invocations(u32),
     Subgroups,
     ShaderF16,
+    /// Cooperative matrices usable by the `coop` shaders (16x16x16 f16 -> f32, subgroups of 32).
+    CooperativeMatrix,
 }
 
 impl fmt::Display for Need {
@@ -121,6 +123,9 @@ impl fmt::Display for Need {
             Need::Invocations(n) => write!(f, "{n} invocations"),
             Need::Subgroups => f.write_str("subgroups"),
             Need::ShaderF16 => f.write_str("shader f16"),
+            Need::CooperativeMatrix => {
+                f.write_str("16x16x16 f16->f32 cooperative matrices with 32-wide subgroups")
+            }
         }
     }
 }
@@ -380,6 +385,35 @@ const WGPU_NEEDS: &[Need] = &[
     Need::Invocations(256),
 ];
 
+/// A wgpu row whose state-pass products run on cooperative matrices (tensor cores): f16
+/// operands, so the tensor-core bound of SPEC.md section 9; K in {64, 128} and V a multiple of 32
+/// (the shader's tiling); preferred by `auto` over the f32 rows where the adapter has them.
+const fn wgpu_coop_rule(id: &'static str, op: Op, note: &'static str) -> Rule {
+    Rule {
+        id,
+        op,
+        mode: Mode::Prefill,
+        backend: BackendKind::Wgpu,
+        kernel: Kernel::Coop,
+        priority: 40,
+        precision: Precision::Bf16,
+        head_k: DimRule::OneOf(&[64, 128]),
+        head_v: DimRule::OneOf(&[32, 64, 96, 128, 160, 192, 224, 256]),
+        needs: WGPU_COOP_NEEDS,
+        note,
+        ..SPEC_CONTRACT
+    }
+}
+
+const WGPU_COOP_NEEDS: &[Need] = &[
+    Need::StorageBuffers(8),
+    Need::WorkgroupStorage(37 << 10),
+    Need::Invocations(256),
+    Need::ShaderF16,
+    Need::Subgroups,
+    Need::CooperativeMatrix,
+];
+
 /// Head dims of the CUDA kernels (compile-time specialisations).
 const DIM_CUDA: DimRule = DimRule::OneOf(&[32, 64, 128]);
 
@@ -521,6 +555,18 @@ pub static RULES: &[Rule] = &[
         Kernel::Chunked,
         "WGSL chunked prefill in f32, per-channel decay evaluated element by element (no \
          exponent above 0, any gate); same state and output passes as gdn",
+    ),
+    wgpu_coop_rule(
+        "wgpu.gdn.prefill.coop",
+        Op::Gdn,
+        "WGSL chunked prefill, the state pass's W·S and kdecᵀ·V_new on cooperative matrices \
+         (16x16x16, f16 operands, f32 accumulation; state, U, h and sums in f32); intra and \
+         output passes as the f32 row",
+    ),
+    wgpu_coop_rule(
+        "wgpu.kda.prefill.coop",
+        Op::Kda,
+        "WGSL chunked prefill of kda with the cooperative-matrix state pass of wgpu.gdn.prefill.coop",
     ),
     wgpu_rule(
         "wgpu.kda.decode.recurrent",
@@ -829,6 +875,12 @@ pub fn device_rejections(rule: &Rule, caps: &Capabilities) -> Vec<Reject> {
             ),
             Need::Subgroups => (caps.subgroups, "no subgroups".into()),
             Need::ShaderF16 => (caps.shader_f16, "no shader f16".into()),
+            Need::CooperativeMatrix => (
+                caps.cooperative_matrix,
+                "none usable (not offered, no 16x16x16 f16->f32 configuration, subgroups not 32 \
+                 wide, or DELTARULE_WGPU_COOP=0)"
+                    .into(),
+            ),
         };
         if !ok {
             out.push(Reject::Capability { need, found });

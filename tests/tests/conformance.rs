@@ -55,4 +55,7 @@ conformance_suite!(cpu_reference, "cpu", None, 3);
 conformance_suite!(cpu_chunked, "cpu:chunked", None, 3);
 conformance_suite!(cpu_chunked_f64, "cpu:chunked-f64", None, 2);
 conformance_suite!(wgpu, "wgpu", Some("DELTARULE_REQUIRE_WGPU"), 2);
+// the cooperative-matrix prefill (`coop`): every case skipped, counted, where the adapter has none
+// (lavapipe); on NVIDIA's Vulkan driver `wgpu` (auto) also picks it where its rows accept the case
+conformance_suite!(wgpu_coop, "wgpu:coop", Some("DELTARULE_REQUIRE_WGPU"), 2);
 conformance_suite!(cuda, "cuda", Some("DELTARULE_REQUIRE_CUDA"), 2);

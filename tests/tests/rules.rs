@@ -35,6 +35,13 @@ fn wgpu_caps(workgroup_kib: u32, subgroup: u32) -> Capabilities {
     c
 }
 
+/// NVIDIA's Vulkan driver: 48 KiB, 32-wide subgroups, 16x16x16 f16 cooperative matrices.
+fn wgpu_coop_caps() -> Capabilities {
+    let mut c = wgpu_caps(48, 32);
+    c.cooperative_matrix = true;
+    c
+}
+
 fn cuda_caps(major: u32, minor: u32, sms: u32) -> Capabilities {
     let mut c = Capabilities::cpu(1);
     c.backend = BackendKind::Cuda;
@@ -75,6 +82,11 @@ fn device_sets() -> Vec<Vec<DeviceState>> {
         vec![
             cpu(),
             DeviceState::Available(wgpu_caps(48, 32)),
+            no(BackendKind::Cuda, "none"),
+        ],
+        vec![
+            cpu(),
+            DeviceState::Available(wgpu_coop_caps()),
             no(BackendKind::Cuda, "none"),
         ],
         vec![

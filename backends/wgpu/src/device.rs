@@ -12,8 +12,27 @@ use std::time::Instant;
 use wgpu::util::DeviceExt;
 
 /// The features the backend asks for when the adapter has them (recorded in the capabilities).
+/// Cooperative matrices are asked for only when [`coop_wanted`] allows them.
 pub fn wanted_features() -> wgpu::Features {
     wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY
+}
+
+/// `DELTARULE_WGPU_COOP=0` keeps wgpu's experimental cooperative-matrix feature off (the `coop`
+/// kernel is then unavailable and its rows explain why).
+pub fn coop_wanted() -> bool {
+    std::env::var("DELTARULE_WGPU_COOP").ok().as_deref() != Some("0")
+}
+
+/// Whether `props` include the configuration the `coop` shaders use: 16 x 16 x 16 tiles, f16 A
+/// and B, f32 C and result (NVIDIA's Vulkan driver reports it; lavapipe reports none).
+pub fn has_coop_16x16_f16(props: &[wgpu::wgt::CooperativeMatrixProperties]) -> bool {
+    props.iter().any(|p| {
+        p.m_size == 16
+            && p.n_size == 16
+            && p.k_size == 16
+            && p.ab_type == wgpu::wgt::CooperativeScalarType::F16
+            && p.cr_type == wgpu::wgt::CooperativeScalarType::F32
+    })
 }
 
 /// An open device with its queue, what it offers, and the compiled modules.
@@ -32,6 +51,13 @@ pub struct Gpu {
     pub state_ws: Option<u32>,
     /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
     pub probe: u32,
+    /// The adapter's cooperative-matrix configurations (empty when it has none or when
+    /// `DELTARULE_WGPU_COOP=0`).
+    pub coop_props: Vec<wgpu::wgt::CooperativeMatrixProperties>,
+    /// Cooperative matrices usable by the `coop` shaders: the feature was granted, the
+    /// 16 x 16 x 16 f16 -> f32 configuration is offered, f16 and subgroups are on and subgroups
+    /// have 32 invocations (8 per 256-invocation workgroup).
+    pub coop: bool,
     modules: Mutex<HashMap<Shader, Arc<wgpu::ShaderModule>>>,
     uncaptured: Arc<Mutex<Vec<String>>>,
 }
@@ -101,13 +127,39 @@ impl Gpu {
             )));
         };
         let info = adapter.get_info();
-        let features = adapter.features() & wanted_features();
+        let mut features = adapter.features() & wanted_features();
+        // the coop stages go through SPIR-V passthrough (src/coop.rs says why)
+        let coop_offered = adapter.features().contains(
+            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::PASSTHROUGH_SHADERS,
+        ) && coop_wanted();
+        let coop_props = if coop_offered {
+            adapter.cooperative_matrix_properties()
+        } else {
+            Vec::new()
+        };
+        if coop_offered {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+                | wgpu::Features::PASSTHROUGH_SHADERS;
+        }
+        let coop = coop_offered
+            && has_coop_16x16_f16(&coop_props)
+            && features.contains(wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP)
+            && info.subgroup_min_size == 32
+            && info.subgroup_max_size == 32;
         let limits = adapter.limits();
         let dd = wgpu::DeviceDescriptor {
             label: Some("deltarule"),
             required_features: features,
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features: if coop_offered {
+                // SAFETY: the experimental feature requested is cooperative matrices only; the
+                // `coop` shaders use them in workgroup-uniform control flow with operands in
+                // workgroup memory at in-range offsets (see shaders/prefill_state_coop.wgsl),
+                // through SPIR-V built and checked in src/coop.rs.
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         };
@@ -132,6 +184,8 @@ impl Gpu {
             state_bv: choice.state_bv,
             state_ws: choice.state_ws,
             probe: choice.probe,
+            coop_props,
+            coop,
             modules: Mutex::new(HashMap::new()),
             uncaptured,
         })
@@ -154,6 +208,19 @@ impl Gpu {
         if self.checked {
             notes.push("checked shader modules".into());
         }
+        if !self.coop_props.is_empty() {
+            let list: Vec<String> = self
+                .coop_props
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}x{}x{} {:?}->{:?}",
+                        p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type
+                    )
+                })
+                .collect();
+            notes.push(format!("cooperative matrices: {}", list.join(", ")));
+        }
         Capabilities {
             backend: BackendKind::Wgpu,
             device: format!("{} ({:?})", self.info.name, self.info.backend),
@@ -166,7 +233,7 @@ impl Gpu {
             subgroup_size: (self.info.subgroup_min_size, self.info.subgroup_max_size),
             shader_f16: self.features.contains(wgpu::Features::SHADER_F16),
             timestamps: self.features.contains(wgpu::Features::TIMESTAMP_QUERY),
-            cooperative_matrix: false,
+            cooperative_matrix: self.coop,
             notes,
         }
     }
@@ -227,6 +294,9 @@ impl Gpu {
         shader: Shader,
         constants: &[(&str, f64)],
     ) -> Result<wgpu::ComputePipeline> {
+        if shader.coop() {
+            return self.coop_pipeline(shader, constants);
+        }
         let module = self.module(shader)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let p = self
@@ -241,6 +311,72 @@ impl Gpu {
                     // every workgroup array is written before it is read (see the shaders)
                     zero_initialize_workgroup_memory: false,
                 },
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(error::compile(
+                shader.file_name(),
+                e.to_string(),
+                constants.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            ));
+        }
+        Ok(p)
+    }
+
+    /// The pipeline of a cooperative-matrix stage: SPIR-V from [`crate::coop::build`] through
+    /// wgpu's passthrough, with the bind group layout built from the module's bindings.
+    fn coop_pipeline(
+        &self,
+        shader: Shader,
+        constants: &[(&str, f64)],
+    ) -> Result<wgpu::ComputePipeline> {
+        if !self.coop {
+            return Err(error::device(format!(
+                "{} needs cooperative matrices, which this device does not offer",
+                shader.file_name()
+            )));
+        }
+        let m = crate::coop::build(shader, constants, self.checked)?;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let [x, y, z] = m.workgroup_size;
+        // SAFETY: the words are naga's SPIR-V of a module it validated, with the override
+        // constants resolved and only the memory model declaration rewritten (coop.rs); the
+        // entry point and workgroup size are the module's own.
+        let module = unsafe {
+            self.device
+                .create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
+                    label: Some(shader.file_name()),
+                    entry_points: std::borrow::Cow::Owned(vec![
+                        wgpu::PassthroughShaderEntryPoint {
+                            name: "main".into(),
+                            workgroup_size: (x, y, z),
+                        },
+                    ]),
+                    spirv: Some(std::borrow::Cow::Owned(m.words)),
+                    ..Default::default()
+                })
+        };
+        let bgl = self
+            .device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(shader.file_name()),
+                entries: &m.bindings,
+            });
+        let layout = self
+            .device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(shader.file_name()),
+                bind_group_layouts: &[Some(&bgl)],
+                immediate_size: 0,
+            });
+        let p = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(shader.file_name()),
+                layout: Some(&layout),
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
                 cache: None,
             });
         if let Some(e) = pollster::block_on(scope.pop()) {

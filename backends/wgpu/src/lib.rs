@@ -16,6 +16,7 @@
 //! NVIDIA's Vulkan driver); `DELTARULE_WGPU_CHECKED=1` (or [`AdapterChoice::checked`]) selects
 //! modules with the checks, which the tests also run.
 
+pub mod coop;
 pub mod device;
 pub mod error;
 pub mod launch;
@@ -51,8 +52,10 @@ pub struct AdapterChoice {
     pub state_ws: Option<u32>,
     /// Diagnosis only (`DELTARULE_WGPU_PROBE`, a bit mask, 0 = off): skips parts of the intra
     /// pass to locate its time (1: the W/U stores, 2: the P stores, 4: the T solve, 8: the W/U/qdec
-    /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3). Results are wrong with any bit set; `deltarule
-    /// bench` is the only intended user.
+    /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3). Results are wrong with any of
+    /// those set; `deltarule bench` is the only intended user. Bits 32 and 64 switch the `coop`
+    /// state pass's W·S and ΔS products to scalar f32 sums over the same operands (correct
+    /// results; they placed a fault in session 3).
     pub probe: u32,
 }
 
@@ -110,6 +113,27 @@ impl WgpuBackend {
     }
 
     fn check_kernel(&self, kernel: Kernel, p: &Problem) -> Result<()> {
+        if kernel == Kernel::Coop && p.mode == Mode::Prefill {
+            let why = if !self.gpu.coop {
+                Some(format!(
+                    "{} has no usable cooperative matrices (needs the 16x16x16 f16 -> f32 \
+                     configuration, f16, 32-wide subgroups; DELTARULE_WGPU_COOP=0 turns them off)",
+                    self.gpu.info.name
+                ))
+            } else if !(p.k == 64 || p.k == 128) || !p.v.is_multiple_of(32) {
+                Some(format!(
+                    "head dims K = {}, V = {}: the coop state pass needs K in {{64, 128}} and V a \
+                     multiple of 32",
+                    p.k, p.v
+                ))
+            } else {
+                None
+            };
+            return match why {
+                Some(w) => Err(Error::unsupported(BackendKind::Wgpu, kernel.name(), w)),
+                None => Ok(()),
+            };
+        }
         let want = match p.mode {
             Mode::Prefill => Kernel::Chunked,
             Mode::Decode => Kernel::Recurrent,
@@ -139,13 +163,13 @@ impl Backend for WgpuBackend {
     }
 
     fn kernels(&self) -> &'static [Kernel] {
-        &[Kernel::Chunked, Kernel::Recurrent]
+        &[Kernel::Chunked, Kernel::Coop, Kernel::Recurrent]
     }
 
     fn run(&self, kernel: Kernel, p: &Problem, inputs: &Inputs) -> Result<Outputs> {
         let val = validate_inputs(p, inputs)?;
         self.check_kernel(kernel, p)?;
-        let call = Call::new(&self.gpu, &self.cache, p, inputs, &val)?;
+        let call = Call::new(&self.gpu, &self.cache, kernel, p, inputs, &val)?;
         let set = InputSet::upload(&self.gpu, inputs);
         self.gpu.run(&call.dispatches(p, &set))?;
         call.shared.download(&self.gpu, p, &set)
@@ -160,7 +184,7 @@ impl Backend for WgpuBackend {
     ) -> Result<BenchReport> {
         let val = validate_inputs(p, inputs)?;
         self.check_kernel(kernel, p)?;
-        let call = Call::new(&self.gpu, &self.cache, p, inputs, &val)?;
+        let call = Call::new(&self.gpu, &self.cache, kernel, p, inputs, &val)?;
         let first = InputSet::upload(&self.gpu, inputs);
         let per_set = first.bytes.max(1);
         let count = (opts.rotate_bytes / per_set + 1).clamp(1, 64);

@@ -12,6 +12,16 @@ const INPUTS: &str = include_str!("../../../shaders/inputs.wgsl");
 /// The prelude of the two intra stages (workspace bindings, the T solve, the W/U writer).
 pub const INTRA_FILE: &str = "intra.wgsl";
 const INTRA: &str = include_str!("../../../shaders/intra.wgsl");
+/// The prelude of the two state-pass stages (bindings, state loaders and writers, staging spans).
+pub const STATE_FILE: &str = "state.wgsl";
+const STATE: &str = include_str!("../../../shaders/state.wgsl");
+/// The prelude of the output-pass stage (bindings and the writer of o).
+pub const OUTPUT_FILE: &str = "output.wgsl";
+const OUTPUT: &str = include_str!("../../../shaders/output.wgsl");
+/// The directives in front of the cooperative-matrix stages (before any prelude: WGSL wants
+/// `enable` first). Those stages need `Features::SHADER_F16` and
+/// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX` (see `device::Gpu::coop`).
+pub const COOP_DIRECTIVES: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
 
 /// One WGSL stage file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -22,8 +32,12 @@ pub enum Shader {
     KdaPrefillIntra,
     /// Sequential state pass over chunks, split over value tiles (gdn and kda).
     PrefillState,
+    /// The same pass with its two products on cooperative matrices (f16 operands, f32
+    /// accumulation; the `coop` kernel).
+    PrefillStateCoop,
     /// Chunk-parallel output pass (gdn and kda).
     PrefillOutput,
+
     /// Token recurrence for decode (gdn and kda by the `IS_KDA` override).
     Decode,
     /// f32 to bf16/f16 packing of outputs and pool rows.
@@ -31,10 +45,11 @@ pub enum Shader {
 }
 
 impl Shader {
-    pub const ALL: [Shader; 6] = [
+    pub const ALL: [Shader; 7] = [
         Shader::GdnPrefillIntra,
         Shader::KdaPrefillIntra,
         Shader::PrefillState,
+        Shader::PrefillStateCoop,
         Shader::PrefillOutput,
         Shader::Decode,
         Shader::Pack16,
@@ -45,6 +60,7 @@ impl Shader {
             Shader::GdnPrefillIntra => "gdn_prefill_intra.wgsl",
             Shader::KdaPrefillIntra => "kda_prefill_intra.wgsl",
             Shader::PrefillState => "prefill_state.wgsl",
+            Shader::PrefillStateCoop => "prefill_state_coop.wgsl",
             Shader::PrefillOutput => "prefill_output.wgsl",
             Shader::Decode => "decode.wgsl",
             Shader::Pack16 => "pack16.wgsl",
@@ -56,6 +72,9 @@ impl Shader {
             Shader::GdnPrefillIntra => include_str!("../../../shaders/gdn_prefill_intra.wgsl"),
             Shader::KdaPrefillIntra => include_str!("../../../shaders/kda_prefill_intra.wgsl"),
             Shader::PrefillState => include_str!("../../../shaders/prefill_state.wgsl"),
+            Shader::PrefillStateCoop => {
+                include_str!("../../../shaders/prefill_state_coop.wgsl")
+            }
             Shader::PrefillOutput => include_str!("../../../shaders/prefill_output.wgsl"),
             Shader::Decode => include_str!("../../../shaders/decode.wgsl"),
             Shader::Pack16 => include_str!("../../../shaders/pack16.wgsl"),
@@ -67,6 +86,9 @@ impl Shader {
         match self {
             Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => &[PRELUDE, INPUTS, INTRA],
             Shader::Decode => &[PRELUDE, INPUTS],
+            Shader::PrefillState => &[PRELUDE, STATE],
+            Shader::PrefillStateCoop => &[COOP_DIRECTIVES, PRELUDE, STATE],
+            Shader::PrefillOutput => &[PRELUDE, OUTPUT],
             _ => &[PRELUDE],
         }
     }
@@ -83,6 +105,11 @@ impl Shader {
         s
     }
 
+    /// Whether the stage uses cooperative matrices (and f16).
+    pub fn coop(self) -> bool {
+        matches!(self, Shader::PrefillStateCoop)
+    }
+
     /// Lines the preludes add in front of the stage file.
     pub fn prelude_lines(self) -> usize {
         self.preludes().iter().map(|p| p.lines().count() + 1).sum()
@@ -95,6 +122,7 @@ impl Shader {
                 &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"]
             }
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
+            Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V", "PROBE"],
             Shader::PrefillOutput => &["HEAD_K", "HEAD_V"],
             Shader::Decode => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "IS_KDA"],
             Shader::Pack16 => &[],

@@ -3,7 +3,9 @@
 //! uses) under the capabilities the backend requests.
 
 use deltarule_wgpu::device::wanted_features;
-use deltarule_wgpu::shaders::{Shader, INPUTS_FILE, INTRA_FILE, PRELUDE_FILE};
+use deltarule_wgpu::shaders::{
+    Shader, INPUTS_FILE, INTRA_FILE, OUTPUT_FILE, PRELUDE_FILE, STATE_FILE,
+};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -28,6 +30,8 @@ fn every_wgsl_file_is_registered_and_vice_versa() {
     registered.insert(PRELUDE_FILE.to_string());
     registered.insert(INPUTS_FILE.to_string());
     registered.insert(INTRA_FILE.to_string());
+    registered.insert(STATE_FILE.to_string());
+    registered.insert(OUTPUT_FILE.to_string());
     assert_eq!(
         on_disk, registered,
         "shaders/*.wgsl and the registry (plus the preludes) differ"
@@ -43,8 +47,9 @@ fn every_wgsl_file_is_registered_and_vice_versa() {
 }
 
 /// naga's capabilities for the wgpu features the backend requests (the superset any adapter can
-/// grant: subgroups and f16; none of the shaders enables f16 today).
-fn requested_capabilities() -> naga::valid::Capabilities {
+/// grant: subgroups and f16, and cooperative matrices for the `coop` stages, which the backend
+/// uses only when the adapter grants them).
+fn requested_capabilities(s: Shader) -> naga::valid::Capabilities {
     let f = wanted_features();
     let mut c = naga::valid::Capabilities::empty();
     if f.contains(wgpu::Features::SUBGROUP) {
@@ -52,6 +57,9 @@ fn requested_capabilities() -> naga::valid::Capabilities {
     }
     if f.contains(wgpu::Features::SHADER_F16) {
         c |= naga::valid::Capabilities::SHADER_FLOAT16;
+    }
+    if s.coop() {
+        c |= naga::valid::Capabilities::COOPERATIVE_MATRIX;
     }
     c
 }
@@ -75,7 +83,7 @@ fn every_shader_validates_with_naga() {
         };
         let mut v = naga::valid::Validator::new(
             naga::valid::ValidationFlags::all(),
-            requested_capabilities(),
+            requested_capabilities(s),
         );
         if let Err(e) = v.validate(&module) {
             failures.push(format!(

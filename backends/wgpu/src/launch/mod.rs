@@ -12,8 +12,8 @@ use crate::device::{Dispatch, Gpu};
 use crate::pipelines::PipelineCache;
 use crate::shaders::Shader;
 use deltarule_core::{
-    BetaMode, DType, Error, FinalState, Gate, HostTensor, InitialState, Inputs, Mode, Op, Outputs,
-    Problem, Result, Validated,
+    BetaMode, DType, Error, FinalState, Gate, HostTensor, InitialState, Inputs, Kernel, Mode, Op,
+    Outputs, Problem, Result, Validated,
 };
 use std::sync::Arc;
 
@@ -655,9 +655,12 @@ pub enum Stages {
 }
 
 impl Call {
+    /// `kernel`: `Chunked`/`Recurrent`, or `Coop` (prefill with the cooperative-matrix state
+    /// pass; the caller checked that the device and head dims allow it).
     pub fn new(
         gpu: &Gpu,
         cache: &PipelineCache,
+        kernel: Kernel,
         p: &Problem,
         inputs: &Inputs,
         val: &Validated,
@@ -666,7 +669,13 @@ impl Call {
         let tables = tables(p, inputs, val)?;
         let shared = Shared::new(gpu, p, tables)?;
         let stages = match p.mode {
-            Mode::Prefill => Stages::Prefill(prefill::Prefill::new(gpu, cache, p, &shared)?),
+            Mode::Prefill => Stages::Prefill(prefill::Prefill::new(
+                gpu,
+                cache,
+                p,
+                &shared,
+                kernel == Kernel::Coop,
+            )?),
             Mode::Decode => Stages::Decode(decode::Decode::new(gpu, cache, p, &shared)?),
         };
         let pack = cache.get(gpu, Shader::Pack16, &[])?;

@@ -62,7 +62,14 @@ pub struct Prefill {
 }
 
 impl Prefill {
-    pub fn new(gpu: &Gpu, cache: &PipelineCache, p: &Problem, sh: &Shared) -> Result<Prefill> {
+    /// `coop`: the state pass on cooperative matrices (`prefill_state_coop.wgsl`, BV = 32).
+    pub fn new(
+        gpu: &Gpu,
+        cache: &PipelineCache,
+        p: &Problem,
+        sh: &Shared,
+        coop: bool,
+    ) -> Result<Prefill> {
         let (k, v) = (p.k as f64, p.v as f64);
         let intra_shader = match p.op {
             Op::Gdn => Shader::GdnPrefillIntra,
@@ -79,17 +86,30 @@ impl Prefill {
             consts.push(("PROBE", gpu.probe as f64));
         }
         let intra = cache.get(gpu, intra_shader, &consts)?;
-        let bv = state_tile(p.k, gpu.state_bv);
-        let state = cache.get(
-            gpu,
-            Shader::PrefillState,
-            &[
-                ("HEAD_K", k),
-                ("HEAD_V", v),
-                ("BV", bv as f64),
-                ("WS_SPLIT", state_ws(gpu.state_ws) as f64),
-            ],
-        )?;
+        let (bv, state) = if coop {
+            let mut c = vec![("HEAD_K", k), ("HEAD_V", v)];
+            if gpu.probe != 0 {
+                c.push(("PROBE", gpu.probe as f64));
+            }
+            let state = cache.get(gpu, Shader::PrefillStateCoop, &c)?;
+            (32, state)
+        } else {
+            let bv = state_tile(p.k, gpu.state_bv);
+            let state = cache.get(
+                gpu,
+                Shader::PrefillState,
+                &[
+                    ("HEAD_K", k),
+                    ("HEAD_V", v),
+                    ("BV", bv as f64),
+                    ("WS_SPLIT", state_ws(gpu.state_ws) as f64),
+                ],
+            )?;
+            (bv, state)
+        };
+        // (the coop kernel keeps this f32 output pass: a cooperative-matrix version staging
+        // f16 operands through workgroup memory measured 0.744 ms against 0.469 ms on the H200,
+        // session 3, bench/NOTES.md)
         let output = cache.get(gpu, Shader::PrefillOutput, &[("HEAD_K", k), ("HEAD_V", v)])?;
 
         let nc = sh.tables.chunks as usize;

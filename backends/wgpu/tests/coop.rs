@@ -1,0 +1,406 @@
+//! Cooperative matrices through wgpu (`Features::EXPERIMENTAL_COOPERATIVE_MATRIX`): the load
+//! layouts, zero-initialised and loaded accumulators and the f16 x f16 -> f32 product the `coop`
+//! shaders rely on, checked on a 64 x 64 x 64 product against f64 on the f16-rounded operands.
+//! The module validates with naga everywhere; the run needs an adapter with the 16 x 16 x 16
+//! f16 -> f32 configuration (NVIDIA's Vulkan driver) and is skipped, printed, elsewhere
+//! (lavapipe has none) unless `DELTARULE_REQUIRE_COOP=1`.
+
+use deltarule_wgpu::{AdapterChoice, WgpuBackend};
+use half::f16;
+
+/// c[0] = A·B (zero accumulator), c[1] = A·B + B/2 (accumulator loaded row-major),
+/// c[2] = A·B with A read column-major from its transpose, c[3] = A·B stored column-major.
+/// Tile addresses come from the subgroup id; control flow around the matrix operations is
+/// uniform.
+const PROBE: &str = r#"
+enable f16;
+enable wgpu_cooperative_matrix;
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+
+var<workgroup> sa: array<f16, 4096>;
+var<workgroup> sat: array<f16, 4096>;
+var<workgroup> sb: array<f16, 4096>;
+var<workgroup> sc: array<f32, 4096>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) tid: u32, @builtin(subgroup_id) sg: u32) {
+    for (var i = tid; i < 4096u; i += 256u) {
+        sa[i] = f16(a[i]);
+        sat[(i % 64u) * 64u + i / 64u] = f16(a[i]);
+        sb[i] = f16(b[i]);
+        sc[i] = 0.5 * b[i];
+    }
+    workgroupBarrier();
+    for (var h = 0u; h < 2u; h++) {
+        let t = sg + 8u * h;
+        let tr = t / 4u;
+        let tc = t % 4u;
+        var acc0: coop_mat16x16<f32, C>;
+        var acc1 = coopLoadT<coop_mat16x16<f32, C>>(&sc[tr * 1024u + tc * 16u], 64u);
+        var acc2: coop_mat16x16<f32, C>;
+        for (var k = 0u; k < 4u; k++) {
+            let ma = coopLoadT<coop_mat16x16<f16, A>>(&sa[tr * 1024u + k * 16u], 64u);
+            let mt = coopLoad<coop_mat16x16<f16, A>>(&sat[k * 1024u + tr * 16u], 64u);
+            let mb = coopLoadT<coop_mat16x16<f16, B>>(&sb[k * 1024u + tc * 16u], 64u);
+            acc0 = coopMultiplyAdd(ma, mb, acc0);
+            acc1 = coopMultiplyAdd(ma, mb, acc1);
+            acc2 = coopMultiplyAdd(mt, mb, acc2);
+        }
+        coopStoreT(acc0, &c[tr * 1024u + tc * 16u], 64u);
+        coopStoreT(acc1, &c[4096u + tr * 1024u + tc * 16u], 64u);
+        coopStoreT(acc2, &c[8192u + tr * 1024u + tc * 16u], 64u);
+        coopStore(acc0, &c[12288u + tc * 1024u + tr * 16u], 64u);
+    }
+}
+"#;
+
+fn module() -> naga::Module {
+    naga::front::wgsl::parse_str(PROBE).expect("the probe parses")
+}
+
+#[test]
+fn coop_probe_validates_with_naga() {
+    let caps = naga::valid::Capabilities::SHADER_FLOAT16
+        | naga::valid::Capabilities::SUBGROUP
+        | naga::valid::Capabilities::COOPERATIVE_MATRIX;
+    let mut v = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps);
+    let m = module();
+    let info = match v.validate(&m) {
+        Ok(i) => i,
+        Err(e) => panic!("{}", e.emit_to_string(PROBE)),
+    };
+    // the SPIR-V wgpu would hand to a Vulkan driver (wgpu's Vulkan backend enables naga's
+    // SPIR-V writer)
+    let words = naga::back::spv::write_vec(&m, &info, &naga::back::spv::Options::default(), None)
+        .expect("SPIR-V");
+    assert!(words.len() > 100);
+}
+
+/// Deterministic values in [-1, 1), rounded to f16 (what the shader multiplies).
+fn operand(seed: u64, n: usize) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+            f16::from_f64(2.0 * u - 1.0).to_f32()
+        })
+        .collect()
+}
+
+#[test]
+fn coop_product_matches_f64() {
+    let require = std::env::var("DELTARULE_REQUIRE_COOP").ok().as_deref() == Some("1");
+    let be = match WgpuBackend::new(AdapterChoice::from_env()) {
+        Ok(b) => b,
+        Err(e) => {
+            assert!(!require, "no wgpu adapter: {e}");
+            println!("skipped: no wgpu adapter ({e})");
+            return;
+        }
+    };
+    let gpu = be.gpu();
+    println!(
+        "adapter {} subgroups {}..{}; cooperative matrices: {:?}",
+        gpu.info.name, gpu.info.subgroup_min_size, gpu.info.subgroup_max_size, gpu.coop_props
+    );
+    if !gpu.coop {
+        assert!(
+            !require,
+            "the adapter offers no 16x16x16 f16->f32 cooperative matrices"
+        );
+        println!("skipped: no 16x16x16 f16->f32 cooperative matrices on this adapter");
+        return;
+    }
+    let a = operand(1, 4096);
+    let b = operand(2, 4096);
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let ba = gpu.storage("a", &bytes(&a));
+    let bb = gpu.storage("b", &bytes(&b));
+    let bc = gpu.storage("c", &bytes(&vec![f32::NAN; 4 * 4096]));
+    let sm = gpu
+        .device
+        .create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("coop probe"),
+            source: wgpu::ShaderSource::Wgsl(PROBE.into()),
+        });
+    let pipe = gpu
+        .device
+        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("coop probe"),
+            layout: None,
+            module: &sm,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+    let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipe.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: ba.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: bb.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 2,
+                resource: bc.as_entire_binding(),
+            },
+        ],
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipe);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups(1, 1, 1);
+    }
+    gpu.queue.submit([enc.finish()]);
+    let raw = gpu.read(&bc, 0, 4 * 4096 * 4).expect("read back");
+    let got: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
+    let mut want = vec![0f64; 4096];
+    for i in 0..64 {
+        for j in 0..64 {
+            want[i * 64 + j] = (0..64)
+                .map(|k| a[i * 64 + k] as f64 * b[k * 64 + j] as f64)
+                .sum();
+        }
+    }
+    let names = [
+        "zero accumulator, row-major A",
+        "accumulator loaded (+ B/2)",
+        "A column-major from its transpose",
+        "stored column-major",
+    ];
+    for (v, name) in names.iter().enumerate() {
+        let mut err = 0f64;
+        let mut norm = 0f64;
+        for i in 0..64 {
+            for j in 0..64 {
+                let w = match v {
+                    1 => want[i * 64 + j] + 0.5 * b[i * 64 + j] as f64,
+                    _ => want[i * 64 + j],
+                };
+                let g = match v {
+                    3 => got[3 * 4096 + j * 64 + i],
+                    _ => got[v * 4096 + i * 64 + j],
+                } as f64;
+                err += (g - w) * (g - w);
+                norm += w * w;
+            }
+        }
+        let rel = (err / norm).sqrt();
+        println!("coop probe {name}: relative L2 {rel:.2e}");
+        assert!(rel < 1e-6, "{name}: relative L2 error {rel:.2e}");
+    }
+}
+
+/// C [64][32] = A [64][64] · B [64][32] in the state pass's tiling (8 subgroups, one 16 x 16 C
+/// tile each, 4 k-steps), over workgroup f16 operands with row strides SA (A row-major, or its
+/// transpose column-major when A_COL = 1) and SB, C stored to workgroup f32 with stride SC and
+/// copied out (C_WG = 1) or stored straight to the storage buffer.
+const LAYOUT: &str = r#"
+enable f16;
+enable wgpu_cooperative_matrix;
+
+override SA: u32 = 64u;
+override SB: u32 = 32u;
+override SC: u32 = 32u;
+override A_COL: u32 = 0u;
+override C_WG: u32 = 1u;
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+
+var<workgroup> sa: array<f16, 8192>;
+var<workgroup> sb: array<f16, 4096>;
+var<workgroup> sc: array<f32, 4096>;
+var<workgroup> sz: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) tid: u32, @builtin(subgroup_id) sg: u32) {
+    for (var x = tid; x < 4096u; x += 256u) {
+        let i = x / 64u;
+        let d = x % 64u;
+        if (A_COL == 1u) {
+            sa[d * SA + i] = f16(a[x]);
+        } else {
+            sa[i * SA + d] = f16(a[x]);
+        }
+    }
+    for (var x = tid; x < 2048u; x += 256u) {
+        sb[(x / 32u) * SB + x % 32u] = f16(b[x]);
+    }
+    sz[tid] = 0.0;
+    workgroupBarrier();
+    let wi = sg / 2u;
+    let wc = sg % 2u;
+    var acc = coopLoadT<coop_mat16x16<f32, C>>(&sz[0], 16u);
+    for (var k = 0u; k < 4u; k++) {
+        var ma: coop_mat16x16<f16, A>;
+        if (A_COL == 1u) {
+            ma = coopLoad<coop_mat16x16<f16, A>>(&sa[16u * k * SA + 16u * wi], SA);
+        } else {
+            ma = coopLoadT<coop_mat16x16<f16, A>>(&sa[16u * wi * SA + 16u * k], SA);
+        }
+        let mb = coopLoadT<coop_mat16x16<f16, B>>(&sb[16u * k * SB + 16u * wc], SB);
+        acc = coopMultiplyAdd(ma, mb, acc);
+    }
+    if (C_WG == 1u) {
+        coopStoreT(acc, &sc[16u * wi * SC + 16u * wc], SC);
+        workgroupBarrier();
+        for (var x = tid; x < 2048u; x += 256u) {
+            c[x] = sc[(x / 32u) * SC + x % 32u];
+        }
+    } else {
+        coopStoreT(acc, &c[16u * wi * 32u + 16u * wc], 32u);
+    }
+}
+"#;
+
+#[test]
+fn coop_layouts() {
+    let be = match WgpuBackend::new(AdapterChoice::from_env()) {
+        Ok(b) => b,
+        Err(e) => {
+            println!("skipped: no wgpu adapter ({e})");
+            return;
+        }
+    };
+    let gpu = be.gpu();
+    if !gpu.coop {
+        println!("skipped: no 16x16x16 f16->f32 cooperative matrices on this adapter");
+        return;
+    }
+    let a = operand(3, 4096);
+    let b = operand(4, 2048);
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let ba = gpu.storage("a", &bytes(&a));
+    let bb = gpu.storage("b", &bytes(&b));
+    // the same with an 8-byte workgroup variable declared first (alignment of the others)
+    let small = LAYOUT
+        .replace(
+            "var<workgroup> sa:",
+            "var<workgroup> s_small: vec2<u32>;\nvar<workgroup> sa:",
+        )
+        .replace(
+            "    sz[tid] = 0.0;",
+            "    sz[tid] = 0.0;\n    if (tid == 0u) { s_small = vec2<u32>(1u, 2u); }",
+        )
+        .replace(
+            "    if (C_WG == 1u) {\n        coopStoreT",
+            "    if (tid == 0u && s_small.x == 7u) { c[0] = 0.0; }\n    if (C_WG == 1u) {\n        coopStoreT",
+        );
+    assert!(small.contains("s_small.x == 7u"));
+    let mut want = vec![0f64; 2048];
+    for i in 0..64 {
+        for j in 0..32 {
+            want[i * 32 + j] = (0..64)
+                .map(|k| a[i * 64 + k] as f64 * b[k * 32 + j] as f64)
+                .sum();
+        }
+    }
+    let mut bad = Vec::new();
+    for (src, variant) in [
+        (LAYOUT.to_string(), ""),
+        (small, " (8-byte variable first)"),
+    ] {
+        let sm = gpu
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("coop layouts"),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+        for (sa, sb, sc, acol, cwg) in [
+            (64, 64, 64, 0, 0),
+            (64, 32, 32, 0, 0),
+            (64, 64, 32, 0, 1),
+            (64, 32, 32, 0, 1),
+            (64, 32, 32, 1, 1),
+            (64, 64, 64, 1, 1),
+            (128, 32, 32, 1, 1),
+            (72, 40, 40, 0, 1),
+            (64, 48, 48, 0, 1),
+            (64, 32, 64, 0, 1),
+            (64, 64, 32, 1, 0),
+        ] {
+            let bc = gpu.storage("c", &bytes(&vec![f32::NAN; 2048]));
+            let consts = [
+                ("SA", sa as f64),
+                ("SB", sb as f64),
+                ("SC", sc as f64),
+                ("A_COL", acol as f64),
+                ("C_WG", cwg as f64),
+            ];
+            let pipe = gpu
+                .device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some("coop layouts"),
+                    layout: None,
+                    module: &sm,
+                    entry_point: Some("main"),
+                    compilation_options: wgpu::PipelineCompilationOptions {
+                        constants: &consts,
+                        zero_initialize_workgroup_memory: false,
+                    },
+                    cache: None,
+                });
+            let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipe.get_bind_group_layout(0),
+                entries: &[
+                    wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: ba.as_entire_binding(),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 1,
+                        resource: bb.as_entire_binding(),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 2,
+                        resource: bc.as_entire_binding(),
+                    },
+                ],
+            });
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&pipe);
+                pass.set_bind_group(0, &bg, &[]);
+                pass.dispatch_workgroups(1, 1, 1);
+            }
+            gpu.queue.submit([enc.finish()]);
+            let raw = gpu.read(&bc, 0, 2048 * 4).expect("read back");
+            let got: Vec<f64> = raw
+                .chunks_exact(4)
+                .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]) as f64)
+                .collect();
+            let err: f64 = got.iter().zip(&want).map(|(g, w)| (g - w) * (g - w)).sum();
+            let norm: f64 = want.iter().map(|w| w * w).sum();
+            let rel = (err / norm).sqrt();
+            let ok = rel < 1e-6;
+            println!(
+            "coop layout{variant} SA {sa} SB {sb} SC {sc} A_COL {acol} C_WG {cwg}: relative L2 {rel:.2e} {}",
+            if ok { "ok" } else { "WRONG" }
+        );
+            if !ok {
+                bad.push((variant, sa, sb, sc, acol, cwg));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "layouts giving wrong products: {bad:?}");
+}
