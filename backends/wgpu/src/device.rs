@@ -629,6 +629,9 @@ impl Gpu {
         }
         self.wait()?;
         let has_ts = self.features.contains(wgpu::Features::TIMESTAMP_QUERY);
+        // DELTARULE_WGPU_SYNC_TIMING=1: wait for each call before submitting the next (whether
+        // back-to-back submissions explain the slow outliers of session 3)
+        let sync_each = std::env::var("DELTARULE_WGPU_SYNC_TIMING").ok().as_deref() == Some("1");
         let mut host_us = Vec::with_capacity(iters);
         let mut device_ms = Vec::with_capacity(iters);
         // one query set per batch of calls, resolved after the batch
@@ -652,6 +655,9 @@ impl Gpu {
                 );
                 self.queue.submit([cb]);
                 host_us.push(t0.elapsed().as_secs_f64() * 1e6);
+                if sync_each {
+                    self.wait()?;
+                }
             }
             match &qs {
                 Some(q) => {
