@@ -83,17 +83,19 @@ pub fn to_glsl450_memory_model(words: &[u32]) -> std::result::Result<Vec<u32>, S
     Ok(out)
 }
 
-/// Builds `shader` (a cooperative-matrix stage) with `constants` resolved, for the given bounds
-/// policy (`checked`: naga's `Restrict` index clamping, the test variant; otherwise unchecked, as
-/// the production modules of the other stages).
+/// Builds `shader` with `constants` resolved, for the given bounds policy (`checked`: naga's
+/// `Restrict` index clamping, the test variant; otherwise unchecked, as the production modules of
+/// the other stages). Cooperative-matrix stages get the memory-model rewrite; the others (built
+/// this way only for diagnosis, `DELTARULE_WGPU_PASSTHROUGH=1`) are naga's words unchanged.
 pub fn build(shader: Shader, constants: &[(&str, f64)], checked: bool) -> Result<CoopModule> {
     let fail = |what: String| error::compile(shader.file_name(), what, Vec::new());
     let source = shader.source();
     let module = naga::front::wgsl::parse_str(&source)
         .map_err(|e| fail(e.emit_to_string_with_path(&source, shader.file_name())))?;
-    let caps = naga::valid::Capabilities::SHADER_FLOAT16
-        | naga::valid::Capabilities::SUBGROUP
-        | naga::valid::Capabilities::COOPERATIVE_MATRIX;
+    let mut caps = naga::valid::Capabilities::SHADER_FLOAT16 | naga::valid::Capabilities::SUBGROUP;
+    if shader.coop() {
+        caps |= naga::valid::Capabilities::COOPERATIVE_MATRIX;
+    }
     let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
         .subgroup_stages(naga::valid::ShaderStages::COMPUTE)
         .subgroup_operations(naga::valid::SubgroupOperationSet::all())
@@ -142,7 +144,11 @@ pub fn build(shader: Shader, constants: &[(&str, f64)], checked: bool) -> Result
     };
     let words = naga::back::spv::write_vec(&module, &info, &opts, Some(&pipeline))
         .map_err(|e| fail(format!("SPIR-V: {e}")))?;
-    let words = to_glsl450_memory_model(&words).map_err(|e| fail(format!("SPIR-V patch: {e}")))?;
+    let words = if shader.coop() {
+        to_glsl450_memory_model(&words).map_err(|e| fail(format!("SPIR-V patch: {e}")))?
+    } else {
+        words
+    };
 
     let mut bindings = Vec::new();
     for (_, g) in module.global_variables.iter() {

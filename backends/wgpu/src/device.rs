@@ -58,6 +58,10 @@ pub struct Gpu {
     /// 16 x 16 x 16 f16 -> f32 configuration is offered, f16 and subgroups are on and subgroups
     /// have 32 invocations (8 per 256-invocation workgroup).
     pub coop: bool,
+    /// Every stage built by the backend (src/coop.rs) and passed through as SPIR-V
+    /// (`DELTARULE_WGPU_PASSTHROUGH=1`, diagnosis: wgpu's own WGSL path against naga's plain
+    /// output).
+    pub passthrough_all: bool,
     modules: Mutex<HashMap<Shader, Arc<wgpu::ShaderModule>>>,
     uncaptured: Arc<Mutex<Vec<String>>>,
 }
@@ -138,9 +142,12 @@ impl Gpu {
             Vec::new()
         };
         if coop_offered {
-            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
-                | wgpu::Features::PASSTHROUGH_SHADERS;
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
+        // SPIR-V passthrough (the coop stages; every stage with DELTARULE_WGPU_PASSTHROUGH=1)
+        features |= adapter.features() & wgpu::Features::PASSTHROUGH_SHADERS;
+        let passthrough_all = features.contains(wgpu::Features::PASSTHROUGH_SHADERS)
+            && std::env::var("DELTARULE_WGPU_PASSTHROUGH").ok().as_deref() == Some("1");
         let coop = coop_offered
             && has_coop_16x16_f16(&coop_props)
             && features.contains(wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP)
@@ -186,6 +193,7 @@ impl Gpu {
             probe: choice.probe,
             coop_props,
             coop,
+            passthrough_all,
             modules: Mutex::new(HashMap::new()),
             uncaptured,
         })
@@ -294,7 +302,7 @@ impl Gpu {
         shader: Shader,
         constants: &[(&str, f64)],
     ) -> Result<wgpu::ComputePipeline> {
-        if shader.coop() {
+        if shader.coop() || self.passthrough_all {
             return self.coop_pipeline(shader, constants);
         }
         let module = self.module(shader)?;
@@ -330,7 +338,7 @@ impl Gpu {
         shader: Shader,
         constants: &[(&str, f64)],
     ) -> Result<wgpu::ComputePipeline> {
-        if !self.coop {
+        if shader.coop() && !self.coop {
             return Err(error::device(format!(
                 "{} needs cooperative matrices, which this device does not offer",
                 shader.file_name()
