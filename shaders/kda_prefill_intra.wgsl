@@ -127,13 +127,7 @@ fn stage_src(kind: u32, c0: u32, m: u32, q: u32, raw: vec4<f32>, g: vec4<f32>, g
     var x = s_beta[m] * raw;
     if (kind == 0u) {
         x = s_beta[m] * raw * s_rk[m] * exp(g);
-        let kd = s_rk[m] * raw * exp(gl - g);
-        for (var e = 0u; e < 4u; e++) {
-            let d = c0 + 4u * q + e;
-            if (d < HEAD_K) {
-                wsa[base_kd + m * k4(HEAD_K) + d] = select(0.0, kd[e], live);
-            }
-        }
+        put_kdec(base_kd, m, c0 + 4u * q, select(vec4<f32>(0.0), s_rk[m] * raw * exp(gl - g), live));
     } else if (kind == 2u) {
         x = prm.scale * s_rq[m] * raw * exp(g);
     }
@@ -187,6 +181,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let sa = ws_slot(K, 1u);
     let base_w = slot * sa;
     let base_kd = base_w + ws_kd(K);
+    p_base16 = slot * 128u * K;
     let base_qd = base_w + ws_qd(K);
     let base_p = base_w + ws_p(K);
     let base_gl = base_w + ws_gl(K);

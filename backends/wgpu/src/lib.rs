@@ -53,9 +53,7 @@ pub struct AdapterChoice {
     /// Diagnosis only (`DELTARULE_WGPU_PROBE`, a bit mask, 0 = off): skips parts of the intra
     /// pass to locate its time (1: the W/U stores, 2: the P stores, 4: the T solve, 8: the W/U/qdec
     /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3). Results are wrong with any of
-    /// those set; `deltarule bench` is the only intended user. Bits 32 and 64 switch the `coop`
-    /// state pass's W·S and ΔS products to scalar f32 sums over the same operands (correct
-    /// results; they placed a fault in session 3).
+    /// those set; `deltarule bench` is the only intended user.
     pub probe: u32,
 }
 

@@ -118,11 +118,11 @@ impl Shader {
     /// The override constants this stage declares (every key the host passes must be here).
     pub fn overrides(self) -> &'static [&'static str] {
         match self {
-            Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => {
-                &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"]
-            }
+            Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => &[
+                "HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE", "WS16",
+            ],
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
-            Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V", "PROBE"],
+            Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V"],
             Shader::PrefillOutput => &["HEAD_K", "HEAD_V"],
             Shader::Decode => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "IS_KDA"],
             Shader::Pack16 => &[],

@@ -54,6 +54,8 @@ pub struct Prefill {
     wsa: wgpu::Buffer,
     wsu: wgpu::Buffer,
     wsh: wgpu::Buffer,
+    /// Wᵀ and kdec as f16 (the coop kernel), else `None` (the intra stage binds the dummy).
+    ws16: Option<wgpu::Buffer>,
     batches: Vec<Batch>,
     chunks: u32,
     seqs: u32,
@@ -85,13 +87,17 @@ impl Prefill {
         if gpu.probe != 0 {
             consts.push(("PROBE", gpu.probe as f64));
         }
+        if coop {
+            // Wᵀ and kdec as f16 into ws16 for the cooperative-matrix state pass
+            consts.push(("WS16", 1.0));
+        }
         let intra = cache.get(gpu, intra_shader, &consts)?;
         let (bv, state) = if coop {
-            let mut c = vec![("HEAD_K", k), ("HEAD_V", v)];
-            if gpu.probe != 0 {
-                c.push(("PROBE", gpu.probe as f64));
-            }
-            let state = cache.get(gpu, Shader::PrefillStateCoop, &c)?;
+            let state = cache.get(
+                gpu,
+                Shader::PrefillStateCoop,
+                &[("HEAD_K", k), ("HEAD_V", v)],
+            )?;
             (32, state)
         } else {
             let bv = state_tile(p.k, gpu.state_bv);
@@ -114,10 +120,17 @@ impl Prefill {
 
         let nc = sh.tables.chunks as usize;
         let v4 = p.v.div_ceil(4) * 4;
-        let per_head = [nc * wsa_slot(p.op, p.k), nc * 64 * v4, nc * p.k * v4]
-            .into_iter()
-            .max()
-            .unwrap_or(0)
+        // f32 words per head of each workspace (ws16: 128 K halves a slot, coop only)
+        let ws16_words = if coop { nc * 64 * p.k } else { 0 };
+        let per_head = [
+            nc * wsa_slot(p.op, p.k),
+            nc * 64 * v4,
+            nc * p.k * v4,
+            ws16_words,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
             * 4;
         let limit = gpu.max_binding() as usize;
         let hvb = limit.checked_div(per_head).unwrap_or(p.hv).min(p.hv);
@@ -132,6 +145,7 @@ impl Prefill {
         let wsa = gpu.scratch("wsa", (hvb * nc * wsa_slot(p.op, p.k) * 4) as u64);
         let wsu = gpu.scratch("wsu", (hvb * nc * 64 * v4 * 4) as u64);
         let wsh = gpu.scratch("wsh", (hvb * nc * p.k * v4 * 4) as u64);
+        let ws16 = coop.then(|| gpu.scratch("ws16", (hvb * ws16_words * 4) as u64));
 
         let base = base_params(p, &sh.tables);
         let (_, _, grid_c) = grid(sh.tables.chunks);
@@ -180,6 +194,7 @@ impl Prefill {
             wsa,
             wsu,
             wsh,
+            ws16,
             batches,
             chunks: sh.tables.chunks,
             seqs: p.seqs as u32,
@@ -198,7 +213,15 @@ impl Prefill {
                     pipeline: &self.intra,
                     uniform: &b.intra,
                     storage: vec![
-                        &sh.aux, &set.q, &set.k, &set.v, &set.g, &set.beta, &self.wsa, &self.wsu,
+                        &sh.aux,
+                        &set.q,
+                        &set.k,
+                        &set.v,
+                        &set.g,
+                        &set.beta,
+                        &self.wsa,
+                        &self.wsu,
+                        self.ws16.as_ref().unwrap_or(&sh.dummy),
                     ],
                     groups: [cx, cy, b.hvb],
                     label: "prefill intra",
@@ -207,7 +230,12 @@ impl Prefill {
             v.push(Dispatch {
                 pipeline: &self.state,
                 uniform: &b.state,
-                storage: vec![&sh.aux, &self.wsa, &self.wsu, &self.wsh, &set.st, &sh.outs],
+                storage: match &self.ws16 {
+                    Some(w16) => vec![
+                        &sh.aux, &self.wsa, &self.wsu, &self.wsh, &set.st, &sh.outs, w16,
+                    ],
+                    None => vec![&sh.aux, &self.wsa, &self.wsu, &self.wsh, &set.st, &sh.outs],
+                },
                 groups: [nx, ny, b.hvb * self.nvt_state],
                 label: "prefill state",
             });
