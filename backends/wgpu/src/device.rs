@@ -321,6 +321,17 @@ impl Gpu {
                 },
                 cache: None,
             });
+        Self::pipeline_result(scope, p, shader, constants)
+    }
+
+    /// The pipeline, or the validation error its creation raised (as a compile error naming the
+    /// shader and its constants).
+    fn pipeline_result(
+        scope: wgpu::ErrorScopeGuard,
+        p: wgpu::ComputePipeline,
+        shader: Shader,
+        constants: &[(&str, f64)],
+    ) -> Result<wgpu::ComputePipeline> {
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(error::compile(
                 shader.file_name(),
@@ -387,14 +398,7 @@ impl Gpu {
                 compilation_options: Default::default(),
                 cache: None,
             });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(error::compile(
-                shader.file_name(),
-                e.to_string(),
-                constants.iter().map(|(k, v)| format!("{k}={v}")).collect(),
-            ));
-        }
-        Ok(p)
+        Self::pipeline_result(scope, p, shader, constants)
     }
 
     /// A storage buffer holding `bytes` (padded to 4 bytes).

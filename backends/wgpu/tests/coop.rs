@@ -93,6 +93,66 @@ fn operand(seed: u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Runs `src` (bindings: a, b read-only, c read-write f32) as one 256-invocation workgroup with
+/// the override `constants`, c poisoned with NaN first; returns c (`c_len` floats).
+fn run_once(
+    gpu: &deltarule_wgpu::device::Gpu,
+    src: &str,
+    constants: &[(&str, f64)],
+    a: &[f32],
+    b: &[f32],
+    c_len: usize,
+) -> Vec<f32> {
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let ba = gpu.storage("a", &bytes(a));
+    let bb = gpu.storage("b", &bytes(b));
+    let bc = gpu.storage("c", &bytes(&vec![f32::NAN; c_len]));
+    let sm = gpu
+        .device
+        .create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("coop probe"),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        });
+    let pipe = gpu
+        .device
+        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("coop probe"),
+            layout: None,
+            module: &sm,
+            entry_point: Some("main"),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants,
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        });
+    let entries: Vec<wgpu::BindGroupEntry> = [&ba, &bb, &bc]
+        .iter()
+        .enumerate()
+        .map(|(i, buf)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: buf.as_entire_binding(),
+        })
+        .collect();
+    let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipe.get_bind_group_layout(0),
+        entries: &entries,
+    });
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipe);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups(1, 1, 1);
+    }
+    gpu.queue.submit([enc.finish()]);
+    let raw = gpu.read(&bc, 0, (c_len * 4) as u64).expect("read back");
+    raw.chunks_exact(4)
+        .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect()
+}
+
 #[test]
 fn coop_product_matches_f64() {
     let require = std::env::var("DELTARULE_REQUIRE_COOP").ok().as_deref() == Some("1");
@@ -119,57 +179,7 @@ fn coop_product_matches_f64() {
     }
     let a = operand(1, 4096);
     let b = operand(2, 4096);
-    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
-    let ba = gpu.storage("a", &bytes(&a));
-    let bb = gpu.storage("b", &bytes(&b));
-    let bc = gpu.storage("c", &bytes(&vec![f32::NAN; 4 * 4096]));
-    let sm = gpu
-        .device
-        .create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("coop probe"),
-            source: wgpu::ShaderSource::Wgsl(PROBE.into()),
-        });
-    let pipe = gpu
-        .device
-        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("coop probe"),
-            layout: None,
-            module: &sm,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-    let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipe.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: ba.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: bb.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 2,
-                resource: bc.as_entire_binding(),
-            },
-        ],
-    });
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipe);
-        pass.set_bind_group(0, &bg, &[]);
-        pass.dispatch_workgroups(1, 1, 1);
-    }
-    gpu.queue.submit([enc.finish()]);
-    let raw = gpu.read(&bc, 0, 4 * 4096 * 4).expect("read back");
-    let got: Vec<f32> = raw
-        .chunks_exact(4)
-        .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-        .collect();
+    let got = run_once(gpu, PROBE, &[], &a, &b, 4 * 4096);
     let mut want = vec![0f64; 4096];
     for i in 0..64 {
         for j in 0..64 {
@@ -287,9 +297,6 @@ fn coop_layouts() {
     }
     let a = operand(3, 4096);
     let b = operand(4, 2048);
-    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
-    let ba = gpu.storage("a", &bytes(&a));
-    let bb = gpu.storage("b", &bytes(&b));
     // the same with an 8-byte workgroup variable declared first (alignment of the others)
     let small = LAYOUT
         .replace(
@@ -318,12 +325,6 @@ fn coop_layouts() {
         (LAYOUT.to_string(), ""),
         (small, " (8-byte variable first)"),
     ] {
-        let sm = gpu
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("coop layouts"),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            });
         for (sa, sb, sc, acol, cwg) in [
             (64, 64, 64, 0, 0),
             (64, 32, 32, 0, 0),
@@ -337,7 +338,6 @@ fn coop_layouts() {
             (64, 32, 64, 0, 1),
             (64, 64, 32, 1, 0),
         ] {
-            let bc = gpu.storage("c", &bytes(&vec![f32::NAN; 2048]));
             let consts = [
                 ("SA", sa as f64),
                 ("SB", sb as f64),
@@ -345,58 +345,19 @@ fn coop_layouts() {
                 ("A_COL", acol as f64),
                 ("C_WG", cwg as f64),
             ];
-            let pipe = gpu
-                .device
-                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some("coop layouts"),
-                    layout: None,
-                    module: &sm,
-                    entry_point: Some("main"),
-                    compilation_options: wgpu::PipelineCompilationOptions {
-                        constants: &consts,
-                        zero_initialize_workgroup_memory: false,
-                    },
-                    cache: None,
-                });
-            let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: None,
-                layout: &pipe.get_bind_group_layout(0),
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: ba.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: bb.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: bc.as_entire_binding(),
-                    },
-                ],
-            });
-            let mut enc = gpu.device.create_command_encoder(&Default::default());
-            {
-                let mut pass = enc.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&pipe);
-                pass.set_bind_group(0, &bg, &[]);
-                pass.dispatch_workgroups(1, 1, 1);
-            }
-            gpu.queue.submit([enc.finish()]);
-            let raw = gpu.read(&bc, 0, 2048 * 4).expect("read back");
-            let got: Vec<f64> = raw
-                .chunks_exact(4)
-                .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]) as f64)
+            let got: Vec<f64> = run_once(gpu, &src, &consts, &a, &b, 2048)
+                .into_iter()
+                .map(f64::from)
                 .collect();
             let err: f64 = got.iter().zip(&want).map(|(g, w)| (g - w) * (g - w)).sum();
             let norm: f64 = want.iter().map(|w| w * w).sum();
             let rel = (err / norm).sqrt();
             let ok = rel < 1e-6;
+            let verdict = if ok { "ok" } else { "WRONG" };
             println!(
-            "coop layout{variant} SA {sa} SB {sb} SC {sc} A_COL {acol} C_WG {cwg}: relative L2 {rel:.2e} {}",
-            if ok { "ok" } else { "WRONG" }
-        );
+                "coop layout{variant} SA {sa} SB {sb} SC {sc} A_COL {acol} C_WG {cwg}: \
+                 relative L2 {rel:.2e} {verdict}"
+            );
             if !ok {
                 bad.push((variant, sa, sb, sc, acol, cwg));
             }
