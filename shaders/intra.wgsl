@@ -23,26 +23,10 @@
 @group(0) @binding(7) var<storage, read_write> wsa: array<f32>;
 @group(0) @binding(8) var<storage, read_write> wsu: array<f32>;
 
-// WS16 = 1 (the coop kernel; K in {64, 128}): Wᵀ and kdec go to ws16 as pairs of f16 (slot of
-// 128 K halves: Wᵀ [K][64], then kdec [64][K]) for the cooperative-matrix state pass to read
-// straight from storage, instead of f32 into wsa (the f32 path binds a dummy buffer here).
-override WS16: u32 = 0u;
-@group(0) @binding(9) var<storage, read_write> ws16: array<u32>;
-var<private> p_base16: u32;   // first half of this (chunk, head) slot in ws16 (set by main)
-
-// Two f16 (round to nearest even, common.wgsl's f32_to_f16) in one word, x in the low half:
-// pack2x16float would need the f16-in-f32 capability, which not every adapter of the f32 path
-// has, and this module is the f32 path's too.
-fn pack_f16(x: f32, y: f32) -> u32 {
-    return f32_to_f16(x) | (f32_to_f16(y) << 16u);
-}
-
-// kdec row m, channels d0 .. d0 + 3 (d0 a multiple of 4; with WS16 all four are < K).
+// kdec row m, channels d0 .. d0 + 3 (d0 a multiple of 4): f32 into wsa, or f16 into ws16 in the
+// coop variant (ws16_on.wgsl's put_kdec16 returns true; ws16_off.wgsl's does nothing).
 fn put_kdec(base_kd: u32, m: u32, d0: u32, kd: vec4<f32>) {
-    if (WS16 == 1u) {
-        let o = (p_base16 + 64u * HEAD_K + m * HEAD_K + d0) / 2u;
-        ws16[o] = pack_f16(kd.x, kd.y);
-        ws16[o + 1u] = pack_f16(kd.z, kd.w);
+    if (put_kdec16(m, d0, kd)) {
         return;
     }
     for (var e = 0u; e < 4u; e++) {
@@ -204,16 +188,7 @@ fn t_product(g: u32, cq: u32, l: u32) -> Blk {
 // two row groups of a warp fill one 32-byte sector per column.
 fn store_w(base_w: u32, g: u32, cq: u32, c0: u32, b: Blk, l: u32) {
     let i = 4u * g;
-    if (WS16 == 1u) {
-        for (var e = 0u; e < 4u; e++) {
-            let d = c0 + 4u * cq + e;
-            if (d < HEAD_K) {
-                let o = (p_base16 + d * 64u + i) / 2u;
-                ws16[o] = pack_f16(select(0.0, b.a0[e], i < l), select(0.0, b.a1[e], i + 1u < l));
-                ws16[o + 1u] = pack_f16(select(0.0, b.a2[e], i + 2u < l),
-                    select(0.0, b.a3[e], i + 3u < l));
-            }
-        }
+    if (store_w16(g, cq, c0, b, l)) {
         return;
     }
     for (var e = 0u; e < 4u; e++) {

@@ -181,7 +181,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let sa = ws_slot(K, 1u);
     let base_w = slot * sa;
     let base_kd = base_w + ws_kd(K);
-    p_base16 = slot * 128u * K;
+    set_base16(slot);
     let base_qd = base_w + ws_qd(K);
     let base_p = base_w + ws_p(K);
     let base_gl = base_w + ws_gl(K);

@@ -406,8 +406,9 @@ const fn wgpu_coop_rule(id: &'static str, op: Op, note: &'static str) -> Rule {
 }
 
 const WGPU_COOP_NEEDS: &[Need] = &[
-    Need::StorageBuffers(8),
-    Need::WorkgroupStorage(37 << 10),
+    // the intra variant writes the f16 workspace as a ninth storage buffer
+    Need::StorageBuffers(9),
+    Need::WorkgroupStorage(32 << 10),
     Need::Invocations(256),
     Need::ShaderF16,
     Need::Subgroups,

@@ -35,10 +35,12 @@ fn wgpu_caps(workgroup_kib: u32, subgroup: u32) -> Capabilities {
     c
 }
 
-/// NVIDIA's Vulkan driver: 48 KiB, 32-wide subgroups, 16x16x16 f16 cooperative matrices.
+/// NVIDIA's Vulkan driver: 48 KiB, 32-wide subgroups, 16x16x16 f16 cooperative matrices,
+/// 524288 storage buffers per stage.
 fn wgpu_coop_caps() -> Capabilities {
     let mut c = wgpu_caps(48, 32);
     c.cooperative_matrix = true;
+    c.max_storage_buffers_per_stage = 1 << 19;
     c
 }
 

@@ -88,10 +88,10 @@ pub fn to_glsl450_memory_model(words: &[u32]) -> std::result::Result<Vec<u32>, S
 /// the other stages). Cooperative-matrix stages get the memory-model rewrite; the others (built
 /// this way only for diagnosis, `DELTARULE_WGPU_PASSTHROUGH=1`) are naga's words unchanged.
 pub fn build(shader: Shader, constants: &[(&str, f64)], checked: bool) -> Result<CoopModule> {
-    let fail = |what: String| error::compile(shader.file_name(), what, Vec::new());
+    let fail = |what: String| error::compile(shader.name(), what, Vec::new());
     let source = shader.source();
     let module = naga::front::wgsl::parse_str(&source)
-        .map_err(|e| fail(e.emit_to_string_with_path(&source, shader.file_name())))?;
+        .map_err(|e| fail(e.emit_to_string_with_path(&source, shader.name())))?;
     let mut caps = naga::valid::Capabilities::SHADER_FLOAT16 | naga::valid::Capabilities::SUBGROUP;
     if shader.coop() {
         caps |= naga::valid::Capabilities::COOPERATIVE_MATRIX;
@@ -100,7 +100,7 @@ pub fn build(shader: Shader, constants: &[(&str, f64)], checked: bool) -> Result
         .subgroup_stages(naga::valid::ShaderStages::COMPUTE)
         .subgroup_operations(naga::valid::SubgroupOperationSet::all())
         .validate(&module)
-        .map_err(|e| fail(e.emit_to_string_with_path(&source, shader.file_name())))?;
+        .map_err(|e| fail(e.emit_to_string_with_path(&source, shader.name())))?;
     let mut pc = naga::back::PipelineConstants::default();
     for (k, v) in constants {
         pc.insert((*k).to_string(), *v);

@@ -266,7 +266,7 @@ impl Gpu {
         let source = shader.source();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc = wgpu::ShaderModuleDescriptor {
-            label: Some(shader.file_name()),
+            label: Some(shader.name()),
             source: wgpu::ShaderSource::Wgsl(source.into()),
         };
         let module = if self.checked {
@@ -283,7 +283,7 @@ impl Gpu {
         };
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(error::compile(
-                shader.file_name(),
+                shader.name(),
                 format!(
                     "{e}\n(line numbers count the {} prelude lines in front of the stage)",
                     shader.prelude_lines()
@@ -310,7 +310,7 @@ impl Gpu {
         let p = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(shader.file_name()),
+                label: Some(shader.name()),
                 layout: None,
                 module: &module,
                 entry_point: Some("main"),
@@ -334,7 +334,7 @@ impl Gpu {
     ) -> Result<wgpu::ComputePipeline> {
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(error::compile(
-                shader.file_name(),
+                shader.name(),
                 e.to_string(),
                 constants.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             ));
@@ -352,7 +352,7 @@ impl Gpu {
         if shader.coop() && !self.coop {
             return Err(error::device(format!(
                 "{} needs cooperative matrices, which this device does not offer",
-                shader.file_name()
+                shader.name()
             )));
         }
         let m = crate::coop::build(shader, constants, self.checked)?;
@@ -364,7 +364,7 @@ impl Gpu {
         let module = unsafe {
             self.device
                 .create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
-                    label: Some(shader.file_name()),
+                    label: Some(shader.name()),
                     entry_points: std::borrow::Cow::Owned(vec![
                         wgpu::PassthroughShaderEntryPoint {
                             name: "main".into(),
@@ -378,20 +378,20 @@ impl Gpu {
         let bgl = self
             .device
             .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: Some(shader.file_name()),
+                label: Some(shader.name()),
                 entries: &m.bindings,
             });
         let layout = self
             .device
             .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some(shader.file_name()),
+                label: Some(shader.name()),
                 bind_group_layouts: &[Some(&bgl)],
                 immediate_size: 0,
             });
         let p = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(shader.file_name()),
+                label: Some(shader.name()),
                 layout: Some(&layout),
                 module: &module,
                 entry_point: Some("main"),

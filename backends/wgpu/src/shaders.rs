@@ -12,6 +12,12 @@ const INPUTS: &str = include_str!("../../../shaders/inputs.wgsl");
 /// The prelude of the two intra stages (workspace bindings, the T solve, the W/U writer).
 pub const INTRA_FILE: &str = "intra.wgsl";
 const INTRA: &str = include_str!("../../../shaders/intra.wgsl");
+/// The last prelude of the f32 intra stages (no f16 workspace) and of their coop variants (Wᵀ and
+/// kdec as f16 into a ninth storage buffer).
+pub const WS16_OFF_FILE: &str = "ws16_off.wgsl";
+const WS16_OFF: &str = include_str!("../../../shaders/ws16_off.wgsl");
+pub const WS16_ON_FILE: &str = "ws16_on.wgsl";
+const WS16_ON: &str = include_str!("../../../shaders/ws16_on.wgsl");
 /// The prelude of the two state-pass stages (bindings, state loaders and writers, staging spans).
 pub const STATE_FILE: &str = "state.wgsl";
 const STATE: &str = include_str!("../../../shaders/state.wgsl");
@@ -30,6 +36,10 @@ pub enum Shader {
     GdnPrefillIntra,
     /// kda prefill, chunk-parallel intra stage (per-channel Γ).
     KdaPrefillIntra,
+    /// The gdn intra stage of the `coop` kernel: Wᵀ and kdec as f16 (ws16_on.wgsl).
+    GdnPrefillIntraCoop,
+    /// The kda intra stage of the `coop` kernel.
+    KdaPrefillIntraCoop,
     /// Sequential state pass over chunks, split over value tiles (gdn and kda).
     PrefillState,
     /// The same pass with its two products on cooperative matrices (f16 operands, f32
@@ -45,9 +55,11 @@ pub enum Shader {
 }
 
 impl Shader {
-    pub const ALL: [Shader; 7] = [
+    pub const ALL: [Shader; 9] = [
         Shader::GdnPrefillIntra,
         Shader::KdaPrefillIntra,
+        Shader::GdnPrefillIntraCoop,
+        Shader::KdaPrefillIntraCoop,
         Shader::PrefillState,
         Shader::PrefillStateCoop,
         Shader::PrefillOutput,
@@ -57,8 +69,8 @@ impl Shader {
 
     pub fn file_name(self) -> &'static str {
         match self {
-            Shader::GdnPrefillIntra => "gdn_prefill_intra.wgsl",
-            Shader::KdaPrefillIntra => "kda_prefill_intra.wgsl",
+            Shader::GdnPrefillIntra | Shader::GdnPrefillIntraCoop => "gdn_prefill_intra.wgsl",
+            Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop => "kda_prefill_intra.wgsl",
             Shader::PrefillState => "prefill_state.wgsl",
             Shader::PrefillStateCoop => "prefill_state_coop.wgsl",
             Shader::PrefillOutput => "prefill_output.wgsl",
@@ -69,8 +81,12 @@ impl Shader {
 
     fn stage_source(self) -> &'static str {
         match self {
-            Shader::GdnPrefillIntra => include_str!("../../../shaders/gdn_prefill_intra.wgsl"),
-            Shader::KdaPrefillIntra => include_str!("../../../shaders/kda_prefill_intra.wgsl"),
+            Shader::GdnPrefillIntra | Shader::GdnPrefillIntraCoop => {
+                include_str!("../../../shaders/gdn_prefill_intra.wgsl")
+            }
+            Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop => {
+                include_str!("../../../shaders/kda_prefill_intra.wgsl")
+            }
             Shader::PrefillState => include_str!("../../../shaders/prefill_state.wgsl"),
             Shader::PrefillStateCoop => {
                 include_str!("../../../shaders/prefill_state_coop.wgsl")
@@ -84,7 +100,12 @@ impl Shader {
     /// The preludes concatenated in front of this stage, in order.
     fn preludes(self) -> &'static [&'static str] {
         match self {
-            Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => &[PRELUDE, INPUTS, INTRA],
+            Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => {
+                &[PRELUDE, INPUTS, INTRA, WS16_OFF]
+            }
+            Shader::GdnPrefillIntraCoop | Shader::KdaPrefillIntraCoop => {
+                &[PRELUDE, INPUTS, INTRA, WS16_ON]
+            }
             Shader::Decode => &[PRELUDE, INPUTS],
             Shader::PrefillState => &[PRELUDE, STATE],
             Shader::PrefillStateCoop => &[COOP_DIRECTIVES, PRELUDE, STATE],
@@ -105,6 +126,15 @@ impl Shader {
         s
     }
 
+    /// The stage file plus the variant, for labels and messages (unique per shader).
+    pub fn name(self) -> &'static str {
+        match self {
+            Shader::GdnPrefillIntraCoop => "gdn_prefill_intra.wgsl (coop variant)",
+            Shader::KdaPrefillIntraCoop => "kda_prefill_intra.wgsl (coop variant)",
+            s => s.file_name(),
+        }
+    }
+
     /// Whether the stage uses cooperative matrices (and f16).
     pub fn coop(self) -> bool {
         matches!(self, Shader::PrefillStateCoop)
@@ -118,9 +148,12 @@ impl Shader {
     /// The override constants this stage declares (every key the host passes must be here).
     pub fn overrides(self) -> &'static [&'static str] {
         match self {
-            Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => &[
-                "HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE", "WS16",
-            ],
+            Shader::GdnPrefillIntra
+            | Shader::KdaPrefillIntra
+            | Shader::GdnPrefillIntraCoop
+            | Shader::KdaPrefillIntraCoop => {
+                &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"]
+            }
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
             Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V"],
             Shader::PrefillOutput => &["HEAD_K", "HEAD_V"],

@@ -365,3 +365,82 @@ fn coop_layouts() {
     }
     assert!(bad.is_empty(), "layouts giving wrong products: {bad:?}");
 }
+
+/// The coop kernel's intra variants (f16 workspace writers, no cooperative matrices) compile to
+/// pipelines on any adapter, lavapipe included, like their f32 counterparts.
+#[test]
+fn the_coop_intra_variants_build_pipelines() {
+    use deltarule_wgpu::shaders::Shader;
+    let be = match WgpuBackend::new(AdapterChoice::from_env()) {
+        Ok(b) => b,
+        Err(e) => {
+            assert!(
+                std::env::var("DELTARULE_REQUIRE_WGPU").ok().as_deref() != Some("1"),
+                "no wgpu adapter: {e}"
+            );
+            println!("skipped: no wgpu adapter ({e})");
+            return;
+        }
+    };
+    let consts = [
+        ("HEAD_K", 128.0),
+        ("HEAD_V", 128.0),
+        ("QKV_DT", 1.0),
+        ("G_DT", 0.0),
+        ("BETA_DT", 0.0),
+    ];
+    for s in [
+        Shader::GdnPrefillIntra,
+        Shader::KdaPrefillIntra,
+        Shader::GdnPrefillIntraCoop,
+        Shader::KdaPrefillIntraCoop,
+    ] {
+        let p = be
+            .gpu()
+            .pipeline(s, &consts)
+            .unwrap_or_else(|e| panic!("{}: {e}", s.name()));
+        // bindings 0 (uniform) and 1..=8, plus 9 (the f16 workspace) in the coop variants only:
+        // a bind group with one binding too many or too few is rejected
+        let coop = matches!(s, Shader::GdnPrefillIntraCoop | Shader::KdaPrefillIntraCoop);
+        let gpu = be.gpu();
+        let uni = gpu.uniform(&[0u32; 64]);
+        let buf = gpu.scratch("probe", 64);
+        let fits = |n: u32| -> bool {
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: uni.as_entire_binding(),
+            }];
+            for b in 1..=n {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: b,
+                    resource: buf.as_entire_binding(),
+                });
+            }
+            let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let _bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &p.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            pollster::block_on(scope.pop()).is_none()
+        };
+        let storage = if coop { 9 } else { 8 };
+        assert!(
+            fits(storage),
+            "{}: {storage} storage buffers rejected",
+            s.name()
+        );
+        assert!(
+            !fits(storage + 1),
+            "{}: a binding {} accepted",
+            s.name(),
+            storage + 1
+        );
+        assert!(
+            !fits(storage - 1),
+            "{}: binding {storage} not required",
+            s.name()
+        );
+        println!("{}: pipeline with {storage} storage buffers", s.name());
+    }
+}

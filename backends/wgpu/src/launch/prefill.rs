@@ -54,7 +54,8 @@ pub struct Prefill {
     wsa: wgpu::Buffer,
     wsu: wgpu::Buffer,
     wsh: wgpu::Buffer,
-    /// Wᵀ and kdec as f16 (the coop kernel), else `None` (the intra stage binds the dummy).
+    /// Wᵀ and kdec as f16 (the coop kernel: binding 9 of its intra variant, 7 of its state
+    /// pass), else `None`.
     ws16: Option<wgpu::Buffer>,
     batches: Vec<Batch>,
     chunks: u32,
@@ -73,9 +74,12 @@ impl Prefill {
         coop: bool,
     ) -> Result<Prefill> {
         let (k, v) = (p.k as f64, p.v as f64);
-        let intra_shader = match p.op {
-            Op::Gdn => Shader::GdnPrefillIntra,
-            Op::Kda => Shader::KdaPrefillIntra,
+        // the coop kernel's intra variants write Wᵀ and kdec as f16 into ws16 (ws16_on.wgsl)
+        let intra_shader = match (p.op, coop) {
+            (Op::Gdn, false) => Shader::GdnPrefillIntra,
+            (Op::Kda, false) => Shader::KdaPrefillIntra,
+            (Op::Gdn, true) => Shader::GdnPrefillIntraCoop,
+            (Op::Kda, true) => Shader::KdaPrefillIntraCoop,
         };
         let mut consts = vec![
             ("HEAD_K", k),
@@ -86,10 +90,6 @@ impl Prefill {
         ];
         if gpu.probe != 0 {
             consts.push(("PROBE", gpu.probe as f64));
-        }
-        if coop {
-            // Wᵀ and kdec as f16 into ws16 for the cooperative-matrix state pass
-            consts.push(("WS16", 1.0));
         }
         let intra = cache.get(gpu, intra_shader, &consts)?;
         let (bv, state) = if coop {
@@ -212,17 +212,16 @@ impl Prefill {
                 v.push(Dispatch {
                     pipeline: &self.intra,
                     uniform: &b.intra,
-                    storage: vec![
-                        &sh.aux,
-                        &set.q,
-                        &set.k,
-                        &set.v,
-                        &set.g,
-                        &set.beta,
-                        &self.wsa,
-                        &self.wsu,
-                        self.ws16.as_ref().unwrap_or(&sh.dummy),
-                    ],
+                    storage: match &self.ws16 {
+                        Some(w16) => vec![
+                            &sh.aux, &set.q, &set.k, &set.v, &set.g, &set.beta, &self.wsa,
+                            &self.wsu, w16,
+                        ],
+                        None => vec![
+                            &sh.aux, &set.q, &set.k, &set.v, &set.g, &set.beta, &self.wsa,
+                            &self.wsu,
+                        ],
+                    },
                     groups: [cx, cy, b.hvb],
                     label: "prefill intra",
                 });

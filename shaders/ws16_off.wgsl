@@ -1,0 +1,12 @@
+// ws16_off.wgsl: the last prelude of the f32 intra stages (after intra.wgsl): no f16 workspace
+// (see ws16_on.wgsl), so Wᵀ and kdec go to wsa in f32 and the stage binds 8 storage buffers.
+
+fn set_base16(slot: u32) {}
+
+fn put_kdec16(m: u32, d0: u32, kd: vec4<f32>) -> bool {
+    return false;
+}
+
+fn store_w16(g: u32, cq: u32, c0: u32, b: Blk, l: u32) -> bool {
+    return false;
+}
