@@ -129,6 +129,17 @@ __device__ __forceinline__ void st2(void* p, i64 i, float x, float y) {
         *(u32*)((u16*)p + i) = a | (b << 16);
     }
 }
+// (x, y) as one 32-bit word of two bf16 / f16 halves, x in the low half (the lower address).
+__device__ __forceinline__ u32 pack_bf16x2(float x, float y) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(y), "f"(x));
+    return r;
+}
+__device__ __forceinline__ u32 pack_f16x2(float x, float y) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(y), "f"(x));
+    return r;
+}
 template <int DT>
 __device__ __forceinline__ void st1(void* p, i64 i, float x) {
     if (DT == DT_F32) ((float*)p)[i] = x;

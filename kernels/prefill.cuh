@@ -19,8 +19,10 @@
 //     (exponent Γ_i - Γ_j, j <= i, never positive). X, q̃, k̃ and e^Γlast are made at the end of
 //     step 2, so the f32 Γ [64][K] is dead before T is built (the small-bh intra fits two CTAs
 //     per SM: see Lay<true, DIRECT>).
-//   state_chunk: V_new = U - W·S, O = q̃·S + P·V_new, S <- e^{Γ_last} ⊙ S + k̃ᵀ·V_new, with the
-//     running state S in f32 registers (mma accumulator layout) and its bf16 copy in shared memory.
+//   state_chunk (fused kernel): V_new = U - W·S, O = q̃·S + P·V_new, S <- e^{Γ_last} ⊙ S + k̃ᵀ·V_new,
+//     with the running state S in f32 registers (mma accumulator layout) and its bf16 copy in
+//     shared memory. The small-bh state pass (smallbh_state) computes the same on transposes with
+//     Sᵀ in registers as the A operand (see its comment).
 //
 // mma.sync.m16n8k16 operands are read from shared memory with ldmatrix (see mma_tiles): A stored
 // row-major [M][K], B stored as [N][K] (its transpose); rows are padded by 8 elements (16 bytes)
@@ -37,10 +39,9 @@
 #endif
 
 // Diagnosis only (DELTARULE_CUDA_PROBE, 0 in production): bits leave parts out to place the time.
-// State pass: 1 the W/q̃/k̃ fetch, 2 the W·S and q̃·S products, 4 the S update product.
+// Fused state pass: 2 the W·S and q̃·S products, 4 the S update product.
 // Intra: 8 the T solve, 32 step 2 (A and P; gdn), 64 step 5's products,
-// 128 the small-bh copy of W, q̃, k̃ to the workspace. 512 (correct results): the state pass fetches
-// with bulk copies instead of per-thread cp.async.
+// 128 the small-bh copy of W, q̃, k̃ to the workspace.
 #ifndef PROBE
 #define PROBE 0
 #endif
@@ -51,9 +52,6 @@ constexpr int KP = KD + 8;    // padded row of [64][KD] operands (elements)
 constexpr int CP = CH + 8;    // padded row of [*][64] operands
 constexpr int VP = VD + 8;    // padded row of [*][VD] operands
 constexpr int NTH = 256;      // threads of the intra stage and of the fused kernel
-constexpr int SVT = 32;       // V tile of the small-bh state pass
-constexpr int SNW = KD >= 64 ? 16 : 8;  // warps of the small-bh state pass (v6: 16, half the
-                                         // tiles per warp: it is latency-bound, IPC 1.4 at 8)
 static_assert(KD == 32 || KD == 64 || KD == 128, "HEAD_K must be 32, 64 or 128");
 static_assert(VD == 32 || VD == 64 || VD == 128, "HEAD_V must be 32, 64 or 128");
 
@@ -98,8 +96,9 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
-// Bulk copies (sm_90 TMA, no tensor map) completing on an mbarrier: an opt-in fetch of the small-bh
-// state pass (a chunk's ~66 KB in ~320 row copies from one warp; slower, see SBULK).
+// Bulk copies (sm_90 TMA, no tensor map) completing on an mbarrier: the small-bh state pass fetches
+// a chunk's workspace block with two of them (session 2 measured ~320 row-sized bulk copies per
+// chunk 4x slower than per-thread cp.async: few large copies only).
 __device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
@@ -172,6 +171,13 @@ __device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                  : "r"(addr)
                  : "memory");
+}
+// movmatrix (PTX ISA): the transpose of the 8x8 b16 matrix of which lane l holds row l / 4,
+// elements 2 (l % 4), +1 (the layout of one mma accumulator half, packed), in the same layout.
+__device__ __forceinline__ u32 movm_t(u32 x) {
+    u32 r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+    return r;
 }
 __device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
@@ -346,44 +352,28 @@ struct Lay<true, DIRECT> {
     static_assert(TMP + 3 * 16 * 17 * 4 <= SLF, "T and the merge scratch fit over Γ");
 };
 
-// Shared memory of the small-bh state pass for V tiles of VT columns: two stages of what one
-// chunk needs (W, q̃, k̃ [64][KP], P [64][CP], U [64][UST] f32, e^Γlast), then two Sb [KD][VT + 8]
-// (chunk parity) and V_new [64][VT + 8].
-template <int VT>
-struct SLayT {
-    static constexpr int UST = VT + 8;
-    static constexpr int W = 0;
-    static constexpr int Q = W + 64 * KP * 2;
-    static constexpr int KT = Q + 64 * KP * 2;
-    static constexpr int P = KT + 64 * KP * 2;
-    static constexpr int U = P + 64 * CP * 2;
-    static constexpr int GL = U + 64 * UST * 4;
-    static constexpr int STAGE = align16(GL + KD * 4);
-    static constexpr int SB = 2 * STAGE;
-    static constexpr int SBN = KD * (VT + 8);               // elements of one Sb
-    static constexpr int VNT = SB + 2 * SBN * 2;
-    static constexpr int MB = align16(VNT + 64 * (VT + 8) * 2);  // two u64 mbarriers (stages)
-    static constexpr int TOTAL = MB + 16;
-    // bytes one chunk's bulk copies bring into a stage
-    static constexpr int TX = 3 * 64 * KD * 2 + 64 * 64 * 2 + 64 * VT * 4 + KD * 4;
-    static_assert(TOTAL <= 232448, "shared memory of the small-bh state pass");
-};
-typedef SLayT<SVT> SLay;
-// The narrow variant (16-column V tiles, twice the CTAs) for problems with few (sequence, value
-// head) pairs, where the 32-column pass leaves SMs idle.
-constexpr int SVT16 = 16;
-constexpr int SNW16 = KD >= 64 ? 8 : 4;
-
-// Workspace block of one (chunk row, value head), written by the intra kernel (no padding).
+// Workspace block of one (chunk row, value head), written by the intra kernel. The first part
+// (W, q̃, k̃, P, e^Γlast) is stored exactly as the state pass holds it in shared memory (rows padded
+// to KP / CP elements for conflict-free ldmatrix), so the state pass fetches it with one bulk copy.
+// U follows as Uᵀ in mma-fragment order, VD / 16 panels of 16 V columns: panel p, token tile nt
+// (8 tokens), lane l = 4 g + q, element e = 2 h + j holds U[t = 8 nt + 2 q + j][v = 16 p + g + 8 h]
+// (the accumulator element e of lane l in a 16 x 8 tile of V_newᵀ), so a V tile's U is contiguous
+// and each lane reads its four values with one 16-byte load.
 struct WLay {
-    static constexpr int W = 0;                  // [64][KD] mma type
-    static constexpr int Q = W + 64 * KD * 2;    // [64][KD]
-    static constexpr int KT = Q + 64 * KD * 2;   // k̃ [64][KD]
-    static constexpr int P = KT + 64 * KD * 2;   // [64][64]
-    static constexpr int U = P + 64 * 64 * 2;    // [64][VD] f32
-    static constexpr int GL = U + 64 * VD * 4;   // [KD] f32
-    static constexpr int BLOCK = align16(GL + KD * 4);
+    static constexpr int W = 0;                  // [64][KP] mma type
+    static constexpr int Q = W + 64 * KP * 2;    // [64][KP]
+    static constexpr int KT = Q + 64 * KP * 2;   // k̃ [64][KP]
+    static constexpr int P = KT + 64 * KP * 2;   // [64][CP]
+    static constexpr int GL = P + 64 * CP * 2;   // [KD] f32
+    static constexpr int MAIN = align16(GL + KD * 4);
+    static constexpr int U = MAIN;               // Uᵀ fragments [VD / 16][8][32][4] f32
+    static constexpr int BLOCK = U + 64 * VD * 4;
 };
+// Offset (floats) of U[t][v] in the Uᵀ fragment order above.
+__device__ __forceinline__ int ut_off(int t, int v) {
+    const int g = v & 7, h = (v >> 3) & 1, q = (t >> 1) & 3, j = t & 1;
+    return (((v >> 4) * 8 + (t >> 3)) * 32 + g * 4 + q) * 4 + 2 * h + j;
+}
 
 // --------------------------------------------------------------------------------- intra stage
 // Computes the state-independent products of the chunk [t0, t0 + L) of value head hv into the
@@ -398,7 +388,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     u16* Kd = (u16*)(sm + LY::KDT);
     // P: shared [64][CP], or (DIRECT) the workspace block [64][64].
     u16* Pm = DIRECT ? (u16*)(wdst + WLay::P) : (u16*)(sm + LY::PM);
-    const int pst = DIRECT ? CH : CP;
+    const int pst = CP;
     float* Uf = (float*)(sm + LY::UF);
     float* GLs = (float*)(sm + LY::GL);
     float* G = (float*)(sm + LY::G);
@@ -765,7 +755,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         u16* Xo = (u16*)(sm + LY::XT);
         u16* Qo = DIRECT ? (u16*)(wdst + WLay::Q) : Qs;
         u16* Ko = DIRECT ? (u16*)(wdst + WLay::KT) : Kd;
-        constexpr int QST = DIRECT ? KD : KP;
+        constexpr int QST = KP;  // (the workspace rows are padded like shared ones)
         for (int u = tid; u < CH * KD / 2; u += NTH) {
             const int i = u / (KD / 2), d = 2 * (u % (KD / 2));
             const u32 kk = *(const u32*)(Ks + i * KP + d);
@@ -914,8 +904,10 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             tile_rc<CH, VD, NTH / 32>(warp, lane, i, r, c);
             if (DIRECT) {
                 float* U = (float*)(wdst + WLay::U);
-                *(float2*)(U + r * VD + c) = make_float2(acc[i][0], acc[i][1]);
-                *(float2*)(U + (r + 8) * VD + c) = make_float2(acc[i][2], acc[i][3]);
+                U[ut_off(r, c)] = acc[i][0];
+                U[ut_off(r, c + 1)] = acc[i][1];
+                U[ut_off(r + 8, c)] = acc[i][2];
+                U[ut_off(r + 8, c + 1)] = acc[i][3];
             } else {
                 *(float2*)(Uf + r * LY::UST + c) = make_float2(acc[i][0], acc[i][1]);
                 *(float2*)(Uf + (r + 8) * LY::UST + c) = make_float2(acc[i][2], acc[i][3]);
@@ -1114,125 +1106,223 @@ __device__ void smallbh_intra(const Params& p) {
     __syncthreads();
     for (int u = tid; u < ((PROBE & 128) ? 0 : 64 * (KD / 8)); u += NTH) {
         const int r = u / (KD / 8), q = u % (KD / 8);
-        *(uint4*)(dst + WLay::W + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::WM + r * KP * 2 + q * 16);
+        *(uint4*)(dst + WLay::W + r * KP * 2 + q * 16) = *(const uint4*)(sm + LY::WM + r * KP * 2 + q * 16);
         if (!KDA) {  // (kda wrote q̃ and k̃ to the workspace in step 2)
-            *(uint4*)(dst + WLay::Q + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::QD + r * KP * 2 + q * 16);
-            *(uint4*)(dst + WLay::KT + r * KD * 2 + q * 16) = *(const uint4*)(sm + LY::KDT + r * KP * 2 + q * 16);
+            *(uint4*)(dst + WLay::Q + r * KP * 2 + q * 16) = *(const uint4*)(sm + LY::QD + r * KP * 2 + q * 16);
+            *(uint4*)(dst + WLay::KT + r * KP * 2 + q * 16) = *(const uint4*)(sm + LY::KDT + r * KP * 2 + q * 16);
         }
     }
     for (int u = tid; u < KD / 4; u += NTH)
         *(uint4*)(dst + WLay::GL + u * 16) = *(const uint4*)(sm + LY::GL + u * 16);
 }
 
-// Loads chunk row `rr` of value head hv (V columns [v0, v0 + VT)) into stage `st` with cp.async
-// (NW warps).
-template <int VT, int NW>
-__device__ __forceinline__ void smallbh_fetch(const Params& p, char* st, i64 rr, int hv, int v0) {
-    typedef SLayT<VT> SL;
-    const int tid = threadIdx.x;
-    const char* src = (const char*)p.work + (rr * p.HV + hv) * WLay::BLOCK;
-    for (int u = tid; u < ((PROBE & 1) ? 0 : 64 * (KD / 8)); u += NW * 32) {
-        const int r = u / (KD / 8), q = u % (KD / 8);
-        cp_async16(st + SL::W + r * KP * 2 + q * 16, src + WLay::W + r * KD * 2 + q * 16);
-        cp_async16(st + SL::Q + r * KP * 2 + q * 16, src + WLay::Q + r * KD * 2 + q * 16);
-        cp_async16(st + SL::KT + r * KP * 2 + q * 16, src + WLay::KT + r * KD * 2 + q * 16);
-    }
-    for (int u = tid; u < 64 * 8; u += NW * 32) {
-        const int r = u >> 3, q = u & 7;
-        cp_async16(st + SL::P + r * CP * 2 + q * 16, src + WLay::P + r * 128 + q * 16);
-    }
-    for (int u = tid; u < 64 * (VT / 4); u += NW * 32) {
-        const int r = u / (VT / 4), q = u % (VT / 4);
-        cp_async16(st + SL::U + r * SL::UST * 4 + q * 16, src + WLay::U + (r * VD + v0) * 4 + q * 16);
-    }
-    for (int u = tid; u < KD / 4; u += NW * 32) cp_async16(st + SL::GL + u * 16, src + WLay::GL + u * 16);
-}
-
-// The same chunk row into stage `st` with bulk copies from warp 0 (one per row of W, q̃, k̃, P and
-// U, one for e^Γlast), completing on `bar` (its expected bytes set first, by lane 0).
+// ------------------------------------------------------------------- small-bh state pass (v7)
+// Register-state design (the layout FlashInfer/FlashQLA use with wgmma, here on mma.sync): the
+// pass works on transposes, Sᵀ (V x K) in f32 mma accumulators, one warp per 16 V columns, held
+// in registers for the whole sequence:
+//   (W·S)ᵀ = Sᵀ Wᵀ and (q̃·S)ᵀ = Sᵀ q̃ᵀ   A = bf16(Sᵀ) taken from the accumulators (no shared copy)
+//   V_newᵀ = Uᵀ - (W·S)ᵀ                  A fragments of the next products, again from registers
+//   Sᵀ <- Sᵀ diag(e^Γlast) + V_newᵀ k̃     oᵀ = (q̃·S)ᵀ + V_newᵀ Pᵀ
+// so a warp's chunk is one dependent chain with no barrier and no shared-memory round trip; the B
+// operands (W, q̃, k̃, P) come from the stage with ldmatrix. v6 kept S in shared memory as the B
+// operand of 16 warps with one 16x8 tile each: every fragment was re-read by 4 warps (~400 KB of
+// shared traffic per chunk), and the pass waited on the shared-memory pipe (2.7 us per chunk).
+// A chunk's workspace block (WLay: W, q̃, k̃, P, e^Γlast already padded, then the tile's Uᵀ) comes
+// in with two bulk copies on an mbarrier, NST - 1 chunks ahead.
 template <int VT>
-__device__ __forceinline__ void smallbh_fetch_bulk(const Params& p, char* st, i64 rr, int hv, int v0, u64* bar) {
-    typedef SLayT<VT> SL;
-    const int lane = threadIdx.x & 31;
-    const char* src = (const char*)p.work + (rr * p.HV + hv) * WLay::BLOCK;
-    if (lane == 0) mbar_arrive_expect(bar, SL::TX);
-    __syncwarp();
-    for (int r = lane; r < 64; r += 32) {
-        bulk_g2s(st + SL::W + r * KP * 2, src + WLay::W + r * KD * 2, KD * 2, bar);
-        bulk_g2s(st + SL::Q + r * KP * 2, src + WLay::Q + r * KD * 2, KD * 2, bar);
-        bulk_g2s(st + SL::KT + r * KP * 2, src + WLay::KT + r * KD * 2, KD * 2, bar);
-        bulk_g2s(st + SL::P + r * CP * 2, src + WLay::P + r * 128, 128, bar);
-        bulk_g2s(st + SL::U + r * SL::UST * 4, src + WLay::U + ((i64)r * VD + v0) * 4, VT * 4, bar);
-    }
-    if (lane == 0) bulk_g2s(st + SL::GL, src + WLay::GL, KD * 4, bar);
-}
-// Per-thread cp.async (default) or bulk copies (DELTARULE_CUDA_PROBE bit 512, correct results).
-// Measured on the H200 (session 2): the ~320 row-sized bulk copies per chunk made the state pass
-// ~4x slower (gdn 16/32 1x8192 0.712 -> 1.718 ms whole call): each small bulk copy costs tens of
-// ns in the copy engine, so bulk copies only pay with few large contiguous blocks.
-constexpr bool SBULK = (PROBE & 512) != 0;
+struct RLay {
+    static constexpr int NW = VT / 16;          // warps
+    static constexpr int UB = 64 * VT * 4;      // the tile's Uᵀ fragments
+    static constexpr int STAGE = WLay::MAIN + UB;
+    static constexpr int NST = 3 * STAGE + 3 * 8 <= 232448 ? 3 : 2;
+    static constexpr int MB = NST * STAGE;      // NST u64 mbarriers
+    static constexpr int TOTAL = MB + NST * 8;
+    static_assert(VT % 16 == 0 && VD % VT == 0, "V tile");
+    static_assert(TOTAL <= 232448, "shared memory of the small-bh state pass");
+};
 
-// State kernel: grid (VD / VT, HV, N), NW warps, dynamic shared memory SLayT<VT>::TOTAL. Walks the
-// chunks of one (sequence, value head) for one V tile, with the next chunk's workspace block
-// loaded by cp.async while the current one is used (double buffer). Two barriers per chunk: (1)
-// after this chunk's data has landed and Sb is written (every warp is then past the previous
-// chunk, so the previous chunk's stage can be refilled with the next one and V_new rewritten),
-// (2) inside state_chunk between V_new and its readers. Sb alternates between two buffers by
-// chunk parity: a warp writing chunk c + 1's Sb has passed barrier (2) of chunk c, so every warp
-// has finished chunk c - 1, the last reader of that buffer; slower warps may still be reading
-// chunk c's Sb, which is the other buffer.
-template <bool KDA, int VT = SVT, int NW = SNW>
+// Calls f(nt, e, d, v) for accumulator element e of tile nt of this lane: Sᵀ row v = vw + g +
+// 8 (e >> 1), column d = 8 nt + 2 q + (e & 1) (g = lane / 4, q = lane % 4).
+template <typename F>
+__device__ __forceinline__ void st_elems(int vw, F&& f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < KD / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(nt, e, 8 * nt + 2 * q + (e & 1), vw + g + 8 * (e >> 1));
+}
+__device__ __forceinline__ void load_state_r(const Params& p, float (&acc)[KD / 8][4], i64 slot, int vw) {
+    if (p.state_in == nullptr || slot < 0) {
+        zero_acc(acc);
+        return;
+    }
+    with_dt(p.s_in_dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
+        st_elems(vw, [&](int nt, int e, int d, int v) {
+            acc[nt][e] = ldt<DT>(p.state_in, slot * KD * VD + state_off(p.layout, d, v, KD, VD));
+        });
+    });
+}
+__device__ __forceinline__ void store_state_r(const Params& p, const float (&acc)[KD / 8][4], void* base,
+                                              int dt, i64 slot, int vw) {
+    with_dt(dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
+        st_elems(vw, [&](int nt, int e, int d, int v) {
+            st1<DT>(base, slot * KD * VD + state_off(p.layout, d, v, KD, VD), acc[nt][e]);
+        });
+    });
+}
+
+// State kernel: grid (VD / VT, HV, N), VT / 16 warps, dynamic shared memory RLay<VT>::TOTAL.
+// Walks the chunks of one (sequence, value head) for V columns [v0, v0 + VT). One barrier per
+// chunk, before thread 0 refills the stage every warp finished with in the previous chunk.
+template <bool KDA, int VT>
 __device__ void smallbh_state(const Params& p) {
-    typedef SLayT<VT> SL;
+    typedef RLay<VT> RL;
     extern __shared__ __align__(16) char sm[];
-    typedef Tiles<KD, VT, NW> TS;
+    constexpr int NTS = KD / 8;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, q = lane & 3;
     const int v0 = blockIdx.x * VT, hv = blockIdx.y, n = blockIdx.z;
-    float accS[TS::PER][4];
-    load_state<VT, NW>(p, accS, p.state_in, p.s_in_dt,
-                         initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, v0);
+    const int vw = v0 + 16 * warp;
+    float accS[NTS][4];
+    load_state_r(p, accS, initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, vw);
     const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
     const int len = (int)(eos - bos);
     const int r0 = p.chunk_offsets[n];
     const int nch = p.chunk_offsets[n + 1] - r0;
-    u16* Vn = (u16*)(sm + SL::VNT);
-    u64* bars = (u64*)(sm + SL::MB);
-    if (SBULK) {
-        if (threadIdx.x == 0) {
-            mbar_init(bars, 1);
-            mbar_init(bars + 1, 1);
-            mbar_init_fence();
-        }
-        __syncthreads();
-        if (nch > 0 && threadIdx.x < 32) smallbh_fetch_bulk<VT>(p, sm, r0, hv, v0, bars);
-    } else {
-        if (nch > 0) smallbh_fetch<VT, NW>(p, sm, r0, hv, v0);
-        cp_async_commit();
+    u64* bars = (u64*)(sm + RL::MB);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < RL::NST; ++s) mbar_init(bars + s, 1);
+        mbar_init_fence();
     }
+    __syncthreads();
+    // (thread 0) chunk c's block into stage c % NST
+    auto fetch = [&](int c) {
+        const char* src = (const char*)p.work + ((i64)(r0 + c) * p.HV + hv) * WLay::BLOCK;
+        char* st = sm + (c % RL::NST) * RL::STAGE;
+        u64* bar = bars + c % RL::NST;
+        mbar_arrive_expect(bar, RL::STAGE);
+        bulk_g2s(st, src, WLay::MAIN, bar);
+        bulk_g2s(st + WLay::MAIN, src + WLay::U + v0 * 64 * 4, RL::UB, bar);
+    };
+    if (threadIdx.x == 0)
+        for (int c = 0; c < RL::NST - 1 && c < nch; ++c) fetch(c);
+    // this lane's ldmatrix row addresses (see mma_tiles): B stored [N][K] (W, q̃ with row KP, P
+    // with row CP; non-transposed) or [K][N] (k̃; .trans)
+    const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
+    const u32 bn_kp = (u32)(((l7 + 8 * l16) * KP + 8 * l8) * 2);
+    const u32 bn_cp = (u32)(((l7 + 8 * l16) * CP + 8 * l8) * 2);
+    const u32 bk_kp = (u32)(((l7 + 8 * l8) * KP + 8 * l16) * 2);
     for (int c = 0; c < nch; ++c) {
-        u16* Sb = (u16*)(sm + SL::SB) + (c & 1) * SL::SBN;
-        if (SBULK) mbar_wait(bars + (c & 1), (c >> 1) & 1);  // chunk c's stage has landed
-        else cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)
-        write_sb<VT, NW>(accS, Sb);
-        __syncthreads();     // (1)
-        // stage (c + 1) & 1 was last read in chunk c - 1, which every warp has finished
-        if (SBULK) {
-            if (c + 1 < nch && threadIdx.x < 32) {
-                fence_proxy_async();
-                smallbh_fetch_bulk<VT>(p, sm + ((c + 1) & 1) * SL::STAGE, r0 + c + 1, hv, v0, bars + ((c + 1) & 1));
-            }
-        } else {
-            if (c + 1 < nch) smallbh_fetch<VT, NW>(p, sm + ((c + 1) & 1) * SL::STAGE, r0 + c + 1, hv, v0);
-            cp_async_commit();
+        if (c > 0) __syncthreads();  // every warp is past chunk c - 1, whose stage is refilled now
+        if (threadIdx.x == 0 && c + RL::NST - 1 < nch) {
+            fence_proxy_async();
+            fetch(c + RL::NST - 1);
         }
-        const char* st = sm + (c & 1) * SL::STAGE;
+        mbar_wait(bars + c % RL::NST, (c / RL::NST) & 1);
+        const char* st = sm + (c % RL::NST) * RL::STAGE;
+        const u32 sW = smem_addr(st + WLay::W), sQ = smem_addr(st + WLay::Q);
+        const u32 sK = smem_addr(st + WLay::KT), sP = smem_addr(st + WLay::P);
+        const float* GLs = (const float*)(st + WLay::GL);
+        const float4* Ut = (const float4*)(st + WLay::MAIN) + warp * 256;  // panel: 8 tiles x 32 lanes
+        float accV[8][4], accO[8][4];
+        zero_acc(accV);
+        zero_acc(accO);
+        // (W·S)ᵀ and (q̃·S)ᵀ, A = bf16(Sᵀ) one k step (16 of K) at a time
+#pragma unroll
+        for (int ks = 0; ks < KD / 16; ++ks) {
+            const u32 a0 = pack_mma(accS[2 * ks][0], accS[2 * ks][1]);
+            const u32 a1 = pack_mma(accS[2 * ks][2], accS[2 * ks][3]);
+            const u32 a2 = pack_mma(accS[2 * ks + 1][0], accS[2 * ks + 1][1]);
+            const u32 a3 = pack_mma(accS[2 * ks + 1][2], accS[2 * ks + 1][3]);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                const u32 off = (u32)((16 * np * KP + 16 * ks) * 2);
+                u32 b0, b1, b2, b3;
+                ldsm_x4(sW + bn_kp + off, b0, b1, b2, b3);
+                mma16816(accV[2 * np], a0, a1, a2, a3, b0, b1);
+                mma16816(accV[2 * np + 1], a0, a1, a2, a3, b2, b3);
+                ldsm_x4(sQ + bn_kp + off, b0, b1, b2, b3);
+                mma16816(accO[2 * np], a0, a1, a2, a3, b0, b1);
+                mma16816(accO[2 * np + 1], a0, a1, a2, a3, b2, b3);
+            }
+        }
+        // V_newᵀ = Uᵀ - (W·S)ᵀ as bf16 A fragments, one per 16-token step
+        u32 av[4][4];
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {
+            const float4 u0 = Ut[(2 * kt) * 32 + lane], u1 = Ut[(2 * kt + 1) * 32 + lane];
+            av[kt][0] = pack_mma(u0.x - accV[2 * kt][0], u0.y - accV[2 * kt][1]);
+            av[kt][1] = pack_mma(u0.z - accV[2 * kt][2], u0.w - accV[2 * kt][3]);
+            av[kt][2] = pack_mma(u1.x - accV[2 * kt + 1][0], u1.y - accV[2 * kt + 1][1]);
+            av[kt][3] = pack_mma(u1.z - accV[2 * kt + 1][2], u1.w - accV[2 * kt + 1][3]);
+        }
+        // Sᵀ <- Sᵀ diag(e^Γlast) + V_newᵀ k̃ (the serial chain first)
+#pragma unroll
+        for (int nt = 0; nt < NTS; ++nt) {
+            const float2 gl = *(const float2*)(GLs + 8 * nt + 2 * q);
+            accS[nt][0] *= gl.x;
+            accS[nt][1] *= gl.y;
+            accS[nt][2] *= gl.x;
+            accS[nt][3] *= gl.y;
+        }
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {
+#pragma unroll
+            for (int np = 0; np < NTS / 2; ++np) {
+                u32 b0, b1, b2, b3;
+                ldsm_x4_t(sK + bk_kp + (u32)((16 * kt * KP + 16 * np) * 2), b0, b1, b2, b3);
+                mma16816(accS[2 * np], av[kt][0], av[kt][1], av[kt][2], av[kt][3], b0, b1);
+                mma16816(accS[2 * np + 1], av[kt][0], av[kt][1], av[kt][2], av[kt][3], b2, b3);
+            }
+        }
+        // oᵀ += V_newᵀ Pᵀ
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                u32 b0, b1, b2, b3;
+                ldsm_x4(sP + bn_cp + (u32)((16 * np * CP + 16 * kt) * 2), b0, b1, b2, b3);
+                mma16816(accO[2 * np], av[kt][0], av[kt][1], av[kt][2], av[kt][3], b0, b1);
+                mma16816(accO[2 * np + 1], av[kt][0], av[kt][1], av[kt][2], av[kt][3], b2, b3);
+            }
+        }
+        // o rows < L: oᵀ's 8x8 blocks (v, t) transposed in registers (movmatrix) so that each lane
+        // stores two adjacent V columns of one token (16-bit outputs; f32 element by element)
         const int t0 = (int)bos + c * CH;
         const int L = imin(CH, len - c * CH);
-        state_chunk<VT, NW>(p, accS, (const u16*)(st + SL::W), (const u16*)(st + SL::Q),
-                              (const u16*)(st + SL::KT), (const u16*)(st + SL::P),
-                              (const float*)(st + SL::U), SL::UST,
-                              (const float*)(st + SL::GL), Sb, Vn, t0, L, hv, v0);
-        if (L == CH) maybe_checkpoint<VT, NW>(p, accS, n, hv, (i64)(c + 1) * CH, v0);
+        const int rs = p.HV * VD;  // elements from one token to the next
+        const i64 obase = ((i64)t0 * p.HV + hv) * VD + vw;
+        if (p.out_dt == DT_F32) {
+            float* ob = (float*)p.o + obase;
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int t = 8 * nt + 2 * q + (e & 1);
+                    if (t < L) ob[t * rs + g + 8 * (e >> 1)] = accO[nt][e];
+                }
+            }
+        } else {
+            u16* ob = (u16*)p.o + obase + g * rs + 2 * q;
+            const bool bf = p.out_dt == DT_BF16;
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const float x = accO[nt][2 * h], y = accO[nt][2 * h + 1];
+                    const u32 w = movm_t(bf ? pack_bf16x2(x, y) : pack_f16x2(x, y));
+                    if (8 * nt + g < L) *(u32*)(ob + 8 * nt * rs + 8 * h) = w;
+                }
+            }
+        }
+        const i64 pos = (i64)(c + 1) * CH;
+        if (L == CH && p.ck_every > 0 && pos % p.ck_every == 0) {
+            const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
+            store_state_r(p, accS, p.checkpoints, p.s_out_dt, slot, vw);
+        }
     }
     const i64 row = final_row(p, n);
-    if (row >= 0) store_state<VT, NW>(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, v0);
+    if (row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
 }

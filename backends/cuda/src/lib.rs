@@ -49,7 +49,8 @@ pub struct CudaBackend {
     cache_dir: Option<PathBuf>,
     modules: ModuleCache,
     workspace: Mutex<Workspace>,
-    /// Forced small-bh state-pass width (`DELTARULE_CUDA_STATE_BV=16|32`, read once; benchmarks).
+    /// Forced small-bh state-pass width (`DELTARULE_CUDA_STATE_BV=16|32|64`, read once; benchmarks;
+    /// 64 falls back to 32 where V < 64).
     state_bv: Option<usize>,
 }
 
@@ -121,7 +122,7 @@ impl CudaBackend {
             state_bv: std::env::var("DELTARULE_CUDA_STATE_BV")
                 .ok()
                 .and_then(|s| s.parse().ok())
-                .filter(|bv| *bv == 16 || *bv == 32),
+                .filter(|bv| matches!(*bv, 16 | 32 | 64)),
         })
     }
 
@@ -326,33 +327,27 @@ impl CudaBackend {
                     &prm,
                 )?;
                 let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
-                if narrow_state_pass(p, sms, self.state_bv) {
-                    // few (sequence, value head) pairs: 16-column V tiles, twice the CTAs
-                    launch_one(
-                        &main,
-                        &format!("{state}16"),
-                        ((p.v / 16) as u32, hv, n),
-                        main.sizes[6] as u32,
-                        main.sizes[5] as u32,
-                        stream,
-                        &prm,
-                    )?;
-                } else {
-                    let threads = if main.sizes[4] > 0 {
-                        main.sizes[4] as u32
-                    } else {
-                        256
-                    };
-                    launch_one(
-                        &main,
-                        &state,
-                        ((p.v / 32) as u32, hv, n),
-                        threads,
-                        main.sizes[1] as u32,
-                        stream,
-                        &prm,
-                    )?;
-                }
+                // (V tile, threads, shared bytes) of the register-state pass: one warp per 16
+                // V columns; the 64-column variant exists for V >= 64 (sizes[8] > 0)
+                let (bv, threads, smem) = match state_tile(p, sms, self.state_bv) {
+                    16 => (16, main.sizes[6], main.sizes[5]),
+                    64 if main.sizes[8] > 0 => (64, main.sizes[8], main.sizes[7]),
+                    _ => (32, main.sizes[4], main.sizes[1]),
+                };
+                let name = match bv {
+                    16 => format!("{state}16"),
+                    64 => format!("{state}64"),
+                    _ => state,
+                };
+                launch_one(
+                    &main,
+                    &name,
+                    ((p.v / bv) as u32, hv, n),
+                    threads as u32,
+                    smem as u32,
+                    stream,
+                    &prm,
+                )?;
             }
             Kernel::Recurrent => {
                 let name = format!("{prefix}_decode_recurrent");
@@ -457,12 +452,13 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
     Ok(())
 }
 
-/// Whether the small-bh state pass runs its 16-column variant: when the 32-column tiles of all
-/// (sequence, value head) pairs fill at most half the SMs, unless `forced` (16 or 32) says.
-fn narrow_state_pass(p: &Problem, sms: usize, forced: Option<usize>) -> bool {
+/// The V tile of the small-bh state pass: 16 columns when the 32-column tiles of all (sequence,
+/// value head) pairs fill at most half the SMs, else 32, unless `forced` (16, 32 or 64) says.
+fn state_tile(p: &Problem, sms: usize, forced: Option<usize>) -> usize {
     match forced {
-        Some(bv) => bv == 16,
-        None => p.seqs * p.hv * (p.v / 32) * 2 <= sms,
+        Some(bv) => bv,
+        None if p.seqs * p.hv * (p.v / 32) * 2 <= sms => 16,
+        None => 32,
     }
 }
 
@@ -687,7 +683,7 @@ impl Backend for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::narrow_state_pass;
+    use super::state_tile;
     use deltarule_core::{Mode, Op, Problem};
 
     fn prefill(seqs: usize, h: usize, hv: usize) -> Problem {
@@ -695,24 +691,18 @@ mod tests {
     }
 
     #[test]
-    fn narrow_state_pass_only_when_the_wide_one_leaves_most_sms_idle() {
+    fn narrow_state_tiles_only_when_the_wide_ones_leave_most_sms_idle() {
         // gdn 4/8, 1 x 8192 on 132 SMs: 8 pairs x 4 tiles = 32 CTAs -> 16-column tiles (64 CTAs)
-        assert!(narrow_state_pass(&prefill(1, 4, 8), 132, None));
+        assert_eq!(state_tile(&prefill(1, 4, 8), 132, None), 16);
         // 16/32: 128 CTAs of 32 columns already fill the SMs
-        assert!(!narrow_state_pass(&prefill(1, 16, 32), 132, None));
+        assert_eq!(state_tile(&prefill(1, 16, 32), 132, None), 32);
         // 66 CTAs fill exactly half of 132: still narrow; 67 would not be
-        assert!(narrow_state_pass(
-            &Problem::new(Op::Kda, Mode::Prefill, 33, 8192, 1, 1, 128, 64),
-            132,
-            None
-        ));
-        assert!(!narrow_state_pass(
-            &Problem::new(Op::Kda, Mode::Prefill, 67, 8192, 1, 1, 128, 32),
-            132,
-            None
-        ));
+        let kda = |seqs, v| Problem::new(Op::Kda, Mode::Prefill, seqs, 8192, 1, 1, 128, v);
+        assert_eq!(state_tile(&kda(33, 64), 132, None), 16);
+        assert_eq!(state_tile(&kda(67, 32), 132, None), 32);
         // a forced width wins either way
-        assert!(narrow_state_pass(&prefill(1, 16, 32), 132, Some(16)));
-        assert!(!narrow_state_pass(&prefill(1, 4, 8), 132, Some(32)));
+        assert_eq!(state_tile(&prefill(1, 16, 32), 132, Some(16)), 16);
+        assert_eq!(state_tile(&prefill(1, 4, 8), 132, Some(32)), 32);
+        assert_eq!(state_tile(&prefill(1, 16, 32), 132, Some(64)), 64);
     }
 }
