@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/h200_s4c.sh (session 4, call 3): v7 with transposed 4-byte o stores: small-bh correctness
+# bench/h200_s4c.sh (session 4, calls 3-4): v7 (call 3: transposed 4-byte o stores; call 4: state and output warps): small-bh correctness
 # (device tests at each tile width), timings per tile width, ncu of the state kernel. Carry: .dev/pack
 set -uo pipefail
 source bench/h200_env.sh

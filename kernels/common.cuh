@@ -118,6 +118,38 @@ __device__ __forceinline__ float ldt(const void* p, i64 i) {
     const u16 h = ((const u16*)p)[i];
     return DT == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
+// E (1, 2 or 4) consecutive elements from element i (a multiple of E; the tensor 16-byte aligned)
+// with one 2- to 16-byte load.
+template <int DT, int E>
+__device__ __forceinline__ void ldv(const void* p, i64 i, float (&f)[E]) {
+    static_assert(E == 1 || E == 2 || E == 4, "vector width");
+    if constexpr (DT == DT_F32) {
+        const float* q = (const float*)p + i;
+        if constexpr (E == 4) {
+            const float4 v = *(const float4*)q;
+            f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+        } else if constexpr (E == 2) {
+            const float2 v = *(const float2*)q;
+            f[0] = v.x, f[1] = v.y;
+        } else {
+            f[0] = *q;
+        }
+    } else {
+        const u16* q = (const u16*)p + i;
+        u16 h[E];
+        if constexpr (E == 4) {
+            const uint2 w = *(const uint2*)q;
+            h[0] = (u16)(w.x & 0xffffu), h[1] = (u16)(w.x >> 16), h[2] = (u16)(w.y & 0xffffu), h[3] = (u16)(w.y >> 16);
+        } else if constexpr (E == 2) {
+            const u32 w = *(const u32*)q;
+            h[0] = (u16)(w & 0xffffu), h[1] = (u16)(w >> 16);
+        } else {
+            h[0] = *q;
+        }
+#pragma unroll
+        for (int e = 0; e < E; ++e) f[e] = DT == DT_BF16 ? bf16_to_f32(h[e]) : f16_to_f32(h[e]);
+    }
+}
 // Stores (x, y) at elements i, i + 1 (i even) as one 8- or 4-byte store.
 template <int DT>
 __device__ __forceinline__ void st2(void* p, i64 i, float x, float y) {

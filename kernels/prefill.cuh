@@ -406,26 +406,24 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     //     and are zeroed by selection).
     with_dt(p.qkv_dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
-        constexpr int RPW = CH / (NTH / 32) / 2, J = KD / 32;
+        // (lane l holds elements E l .. E l + E - 1 of its row: one vector load per row)
+        constexpr int RPW = CH / (NTH / 32) / 2, E = KD / 32;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            float qv[RPW][J], kv[RPW][J];
+            float qv[RPW][E], kv[RPW][E];
 #pragma unroll
             for (int r = 0; r < RPW; ++r) {
                 const int i = warp + (half * RPW + r) * (NTH / 32);
-                const i64 base = ((i64)(t0 + imin(i, L - 1)) * p.H + h) * KD + lane;
-#pragma unroll
-                for (int j = 0; j < J; ++j) {
-                    qv[r][j] = ldt<DT>(p.q, base + 32 * j);
-                    kv[r][j] = ldt<DT>(p.k, base + 32 * j);
-                }
+                const i64 base = ((i64)(t0 + imin(i, L - 1)) * p.H + h) * KD + E * lane;
+                ldv<DT, E>(p.q, base, qv[r]);
+                ldv<DT, E>(p.k, base, kv[r]);
             }
 #pragma unroll
             for (int r = 0; r < RPW; ++r) {
                 const int i = warp + (half * RPW + r) * (NTH / 32);
                 float sq = 0.0f, sk = 0.0f;
 #pragma unroll
-                for (int j = 0; j < J; ++j) {
+                for (int j = 0; j < E; ++j) {
                     sq += qv[r][j] * qv[r][j];
                     sk += kv[r][j] * kv[r][j];
                 }
@@ -435,10 +433,17 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                     rk = frsqrt(warp_sum(sk) + 1e-6f);
                 }
                 if (i >= L) rq = rk = 0.0f;
+                u16* qd = Qs + i * KP + E * lane;
+                u16* kd = Ks + i * KP + E * lane;
+                if constexpr (E == 1) {
+                    *qd = to_mma(qv[r][0] * rq);
+                    *kd = to_mma(kv[r][0] * rk);
+                } else {
 #pragma unroll
-                for (int j = 0; j < J; ++j) {
-                    Qs[i * KP + lane + 32 * j] = to_mma(qv[r][j] * rq);
-                    Ks[i * KP + lane + 32 * j] = to_mma(kv[r][j] * rk);
+                    for (int j = 0; j < E; j += 2) {
+                        *(u32*)(qd + j) = pack_mma(qv[r][j] * rq, qv[r][j + 1] * rq);
+                        *(u32*)(kd + j) = pack_mma(kv[r][j] * rk, kv[r][j + 1] * rk);
+                    }
                 }
             }
         }
@@ -457,21 +462,25 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     if (KDA) {
         with_dt(p.g_dt, [&](auto D) {
             constexpr int DT = decltype(D)::value;
-            constexpr int M = CH * KD / NTH / 2;
+            constexpr int M = CH * KD / NTH / 8;  // groups of 4 consecutive channels per thread and half
             const float a = gate_a(p, hv);
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                float x[M], b[M];
+                float x[M][4], b[M][4];
 #pragma unroll
                 for (int m = 0; m < M; ++m) {
-                    const int idx = tid + NTH * (half * M + m), i = idx / KD, d = idx % KD;
-                    x[m] = ldt<DT>(p.g, ((i64)(t0 + imin(i, L - 1)) * p.HV + hv) * KD + d);
-                    b[m] = gate_bias(p, hv * KD + d);
+                    const int idx = tid + NTH * (half * M + m), i = idx / (KD / 4), d = 4 * (idx % (KD / 4));
+                    ldv<DT, 4>(p.g, ((i64)(t0 + imin(i, L - 1)) * p.HV + hv) * KD + d, x[m]);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) b[m][e] = gate_bias(p, hv * KD + d + e);
                 }
 #pragma unroll
                 for (int m = 0; m < M; ++m) {
-                    const int idx = tid + NTH * (half * M + m), i = idx / KD;
-                    G[idx] = i < L ? gate_apply(p, x[m], b[m], a) : 0.0f;
+                    const int idx = tid + NTH * (half * M + m), i = idx / (KD / 4);
+                    const bool in = i < L;
+                    *(float4*)(G + 4 * idx) =
+                        make_float4(in ? gate_apply(p, x[m][0], b[m][0], a) : 0.0f, in ? gate_apply(p, x[m][1], b[m][1], a) : 0.0f,
+                                    in ? gate_apply(p, x[m][2], b[m][2], a) : 0.0f, in ? gate_apply(p, x[m][3], b[m][3], a) : 0.0f);
                 }
             }
         });
@@ -855,19 +864,22 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     }
     with_dt(p.qkv_dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
-        constexpr int M = CH * VD / NTH / 2;
+        constexpr int M = CH * VD / NTH / 8;  // groups of 4 consecutive elements per thread and half
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            float x[M];
+            float x[M][4];
 #pragma unroll
             for (int m = 0; m < M; ++m) {
-                const int idx = tid + NTH * (half * M + m), e = idx % VD, i = idx / VD;
-                x[m] = ldt<DT>(p.v, ((i64)(t0 + imin(i, L - 1)) * p.HV + hv) * VD + e);
+                const int idx = tid + NTH * (half * M + m), e = 4 * (idx % (VD / 4)), i = idx / (VD / 4);
+                ldv<DT, 4>(p.v, ((i64)(t0 + imin(i, L - 1)) * p.HV + hv) * VD + e, x[m]);
             }
 #pragma unroll
             for (int m = 0; m < M; ++m) {
-                const int idx = tid + NTH * (half * M + m), e = idx % VD, i = idx / VD;
-                Vb[i * VP + e] = to_mma(i < L ? x[m] : 0.0f);
+                const int idx = tid + NTH * (half * M + m), e = 4 * (idx % (VD / 4)), i = idx / (VD / 4);
+                const bool in = i < L;
+                *(uint2*)(Vb + i * VP + e) =
+                    make_uint2(pack_mma(in ? x[m][0] : 0.0f, in ? x[m][1] : 0.0f),
+                               pack_mma(in ? x[m][2] : 0.0f, in ? x[m][3] : 0.0f));
             }
         }
     });
@@ -1118,24 +1130,32 @@ __device__ void smallbh_intra(const Params& p) {
 
 // ------------------------------------------------------------------- small-bh state pass (v7)
 // Register-state design (the layout FlashInfer/FlashQLA use with wgmma, here on mma.sync): the
-// pass works on transposes, Sᵀ (V x K) in f32 mma accumulators, one warp per 16 V columns, held
-// in registers for the whole sequence:
-//   (W·S)ᵀ = Sᵀ Wᵀ and (q̃·S)ᵀ = Sᵀ q̃ᵀ   A = bf16(Sᵀ) taken from the accumulators (no shared copy)
-//   V_newᵀ = Uᵀ - (W·S)ᵀ                  A fragments of the next products, again from registers
-//   Sᵀ <- Sᵀ diag(e^Γlast) + V_newᵀ k̃     oᵀ = (q̃·S)ᵀ + V_newᵀ Pᵀ
-// so a warp's chunk is one dependent chain with no barrier and no shared-memory round trip; the B
-// operands (W, q̃, k̃, P) come from the stage with ldmatrix. v6 kept S in shared memory as the B
-// operand of 16 warps with one 16x8 tile each: every fragment was re-read by 4 warps (~400 KB of
-// shared traffic per chunk), and the pass waited on the shared-memory pipe (2.7 us per chunk).
+// pass works on transposes, Sᵀ (V x K) in f32 mma accumulators, held in registers for the whole
+// sequence, and splits each 16 V columns between a state warp and an output warp:
+//   state warp:  (W·S)ᵀ = Sᵀ Wᵀ, A = bf16(Sᵀ) from the accumulators; V_newᵀ = Uᵀ - (W·S)ᵀ;
+//                Sᵀ <- Sᵀ diag(e^Γlast) + V_newᵀ k̃ (V_newᵀ as the A operand, from registers)
+//   output warp: oᵀ = Sᵀ q̃ᵀ + V_newᵀ Pᵀ, with bf16(Sᵀ) and V_newᵀ handed over through shared
+//                memory as ready A fragments (one 16-byte load per lane and k step)
+// so the serial chain (two products a chunk) runs on one warp without a barrier and the other
+// half of the tensor-core work on another SM sub-partition. The B operands (W, q̃, k̃, P) come from
+// the stage with ldmatrix. v6 kept S in shared memory as the B operand of 16 warps with one 16x8
+// tile each: every fragment was re-read by 4 warps and the pass waited on the shared-memory pipe
+// (2.7 us per chunk); v7 with one warp doing all four products: 1.5 us (its HMMA issue alone is
+// ~1,350 cycles a chunk at one per 6 cycles).
 // A chunk's workspace block (WLay: W, q̃, k̃, P, e^Γlast already padded, then the tile's Uᵀ) comes
 // in with two bulk copies on an mbarrier, NST - 1 chunks ahead.
 template <int VT>
 struct RLay {
-    static constexpr int NW = VT / 16;          // warps
+    static constexpr int NW = VT / 16;          // warp pairs (state warp w, output warp NW + w)
     static constexpr int UB = 64 * VT * 4;      // the tile's Uᵀ fragments
     static constexpr int STAGE = WLay::MAIN + UB;
-    static constexpr int NST = 3 * STAGE + 3 * 8 <= 232448 ? 3 : 2;
-    static constexpr int MB = NST * STAGE;      // NST u64 mbarriers
+    static constexpr int SFR = (KD / 16) * 512; // bf16(Sᵀ) A fragments of one warp pair [KD/16][32][4] u32
+    static constexpr int VFR = 4 * 512;         // V_newᵀ A fragments [4][32][4] u32
+    static constexpr int XTRA = NW * (2 * SFR + VFR) + 3 * 8;
+    static constexpr int NST = 3 * STAGE + XTRA <= 232448 ? 3 : 2;
+    static constexpr int SB = NST * STAGE;      // [NW][2 (chunk parity)] S fragments
+    static constexpr int VB = SB + NW * 2 * SFR; // [NW] V_new fragments
+    static constexpr int MB = VB + NW * VFR;    // NST u64 mbarriers
     static constexpr int TOTAL = MB + NST * 8;
     static_assert(VT % 16 == 0 && VD % VT == 0, "V tile");
     static_assert(TOTAL <= 232448, "shared memory of the small-bh state pass");
@@ -1172,21 +1192,53 @@ __device__ __forceinline__ void store_state_r(const Params& p, const float (&acc
         });
     });
 }
+// The A fragment (mma type) of k step ks of Sᵀ: accumulator tiles 2 ks, 2 ks + 1 of this lane.
+__device__ __forceinline__ uint4 s_frag(const float (&acc)[KD / 8][4], int ks) {
+    return make_uint4(pack_mma(acc[2 * ks][0], acc[2 * ks][1]), pack_mma(acc[2 * ks][2], acc[2 * ks][3]),
+                      pack_mma(acc[2 * ks + 1][0], acc[2 * ks + 1][1]),
+                      pack_mma(acc[2 * ks + 1][2], acc[2 * ks + 1][3]));
+}
+// Named barrier `id` over `n` threads: arrive (no wait) / arrive and wait. Shared-memory writes
+// before the arrive are visible to the waiting threads after their wait.
+__device__ __forceinline__ void nbar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void nbar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 
-// State kernel: grid (VD / VT, HV, N), VT / 16 warps, dynamic shared memory RLay<VT>::TOTAL.
-// Walks the chunks of one (sequence, value head) for V columns [v0, v0 + VT). One barrier per
-// chunk, before thread 0 refills the stage every warp finished with in the previous chunk.
+// State kernel: grid (VD / VT, HV, N), VT / 8 warps, dynamic shared memory RLay<VT>::TOTAL.
+// Walks the chunks of one (sequence, value head) for V columns [v0, v0 + VT). One block-wide
+// barrier per chunk, after which thread 0 refills the stage every warp finished with in the
+// previous chunk; inside a chunk, output warp NW + w waits (named barrier 1 + w) for state warp
+// w's V_newᵀ. bf16(Sᵀ) alternates between two buffers by chunk parity: the state warp writes
+// S_{c+1} during chunk c while its output warp may still read S_c.
+// Fetch variants (diagnosis, DELTARULE_CUDA_PROBE): 1 only the first NST - 1 chunks are fetched
+// (results wrong: the time without the copies), 2048 the main part in 8 bulk copies, 4096
+// per-thread cp.async instead of bulk copies.
+constexpr bool FETCH_NONE = (PROBE & 1) != 0;
+constexpr bool FETCH_SPLIT = (PROBE & 2048) != 0;
+constexpr bool FETCH_CPA = (PROBE & 4096) != 0;
 template <bool KDA, int VT>
 __device__ void smallbh_state(const Params& p) {
     typedef RLay<VT> RL;
+    constexpr int NW = RL::NW;
     extern __shared__ __align__(16) char sm[];
     constexpr int NTS = KD / 8;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, q = lane & 3;
+    const bool is_state = warp < NW;
+    const int w = is_state ? warp : warp - NW;  // warp pair
     const int v0 = blockIdx.x * VT, hv = blockIdx.y, n = blockIdx.z;
-    const int vw = v0 + 16 * warp;
+    const int vw = v0 + 16 * w;
+    uint4* Sfr = (uint4*)(sm + RL::SB + w * 2 * RL::SFR);  // [2][KD/16][32]
+    uint4* Vfr = (uint4*)(sm + RL::VB + w * RL::VFR);      // [4][32]
     float accS[NTS][4];
-    load_state_r(p, accS, initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, vw);
+    if (is_state) {
+        load_state_r(p, accS, initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, vw);
+#pragma unroll
+        for (int ks = 0; ks < KD / 16; ++ks) Sfr[ks * 32 + lane] = s_frag(accS, ks);
+    }
     const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
     const int len = (int)(eos - bos);
     const int r0 = p.chunk_offsets[n];
@@ -1196,18 +1248,37 @@ __device__ void smallbh_state(const Params& p) {
         for (int s = 0; s < RL::NST; ++s) mbar_init(bars + s, 1);
         mbar_init_fence();
     }
-    __syncthreads();
-    // (thread 0) chunk c's block into stage c % NST
+    // chunk c's block into stage c % NST: two bulk copies from thread 0 (FETCH_SPLIT: the main
+    // part in 8 pieces from 8 lanes of warp 0; FETCH_CPA: per-thread cp.async, no mbarrier)
     auto fetch = [&](int c) {
         const char* src = (const char*)p.work + ((i64)(r0 + c) * p.HV + hv) * WLay::BLOCK;
+        const char* usrc = src + WLay::U + v0 * 64 * 4;
         char* st = sm + (c % RL::NST) * RL::STAGE;
         u64* bar = bars + c % RL::NST;
-        mbar_arrive_expect(bar, RL::STAGE);
-        bulk_g2s(st, src, WLay::MAIN, bar);
-        bulk_g2s(st + WLay::MAIN, src + WLay::U + v0 * 64 * 4, RL::UB, bar);
+        if constexpr (FETCH_CPA) {
+            for (int u = threadIdx.x; u < RL::STAGE / 16; u += 2 * NW * 32) {
+                const int off = u * 16;
+                cp_async16(st + off, off < WLay::MAIN ? src + off : usrc + (off - WLay::MAIN));
+            }
+        } else if constexpr (FETCH_SPLIT) {
+            constexpr int PIECE = WLay::MAIN / 16 / 8 * 16, LAST = WLay::MAIN - 7 * PIECE;
+            if (lane == 0) mbar_arrive_expect(bar, RL::STAGE);
+            __syncwarp();
+            if (lane < 8) bulk_g2s(st + lane * PIECE, src + lane * PIECE, lane == 7 ? LAST : PIECE, bar);
+            if (lane == 8) bulk_g2s(st + WLay::MAIN, usrc, RL::UB, bar);
+        } else {
+            mbar_arrive_expect(bar, RL::STAGE);
+            bulk_g2s(st, src, WLay::MAIN, bar);
+            bulk_g2s(st + WLay::MAIN, usrc, RL::UB, bar);
+        }
     };
-    if (threadIdx.x == 0)
+    // who issues fetch()
+    const bool fetcher = FETCH_CPA ? true : FETCH_SPLIT ? warp == 0 : threadIdx.x == 0;
+    __syncthreads();  // barriers initialised, S_0's fragments written
+    if (fetcher)
         for (int c = 0; c < RL::NST - 1 && c < nch; ++c) fetch(c);
+    if (FETCH_CPA)
+        for (int c = 0; c < RL::NST - 1; ++c) cp_async_commit();  // (one group per chunk slot)
     // this lane's ldmatrix row addresses (see mma_tiles): B stored [N][K] (W, q̃ with row KP, P
     // with row CP; non-transposed) or [K][N] (k̃; .trans)
     const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
@@ -1215,114 +1286,135 @@ __device__ void smallbh_state(const Params& p) {
     const u32 bn_cp = (u32)(((l7 + 8 * l16) * CP + 8 * l8) * 2);
     const u32 bk_kp = (u32)(((l7 + 8 * l8) * KP + 8 * l16) * 2);
     for (int c = 0; c < nch; ++c) {
-        if (c > 0) __syncthreads();  // every warp is past chunk c - 1, whose stage is refilled now
-        if (threadIdx.x == 0 && c + RL::NST - 1 < nch) {
-            fence_proxy_async();
+        if (FETCH_CPA) cp_async_wait<RL::NST - 2>();  // this thread's copies of chunk c
+        if (c > 0 || FETCH_CPA) __syncthreads();  // every warp is past chunk c - 1, whose stage is refilled now
+        if (fetcher && c + RL::NST - 1 < nch && !(FETCH_NONE && c > 0)) {
+            if (!FETCH_CPA) fence_proxy_async();
             fetch(c + RL::NST - 1);
         }
-        mbar_wait(bars + c % RL::NST, (c / RL::NST) & 1);
+        if (FETCH_CPA) cp_async_commit();
+        else if (!(FETCH_NONE && c >= RL::NST - 1)) mbar_wait(bars + c % RL::NST, (c / RL::NST) & 1);
         const char* st = sm + (c % RL::NST) * RL::STAGE;
-        const u32 sW = smem_addr(st + WLay::W), sQ = smem_addr(st + WLay::Q);
-        const u32 sK = smem_addr(st + WLay::KT), sP = smem_addr(st + WLay::P);
-        const float* GLs = (const float*)(st + WLay::GL);
-        const float4* Ut = (const float4*)(st + WLay::MAIN) + warp * 256;  // panel: 8 tiles x 32 lanes
-        float accV[8][4], accO[8][4];
-        zero_acc(accV);
-        zero_acc(accO);
-        // (W·S)ᵀ and (q̃·S)ᵀ, A = bf16(Sᵀ) one k step (16 of K) at a time
+        if (is_state) {
+            const u32 sW = smem_addr(st + WLay::W), sK = smem_addr(st + WLay::KT);
+            const float* GLs = (const float*)(st + WLay::GL);
+            const float4* Ut = (const float4*)(st + WLay::MAIN) + w * 256;  // panel: 8 tiles x 32 lanes
+            // (W·S)ᵀ, A = bf16(Sᵀ) one k step (16 of K) at a time
+            float accV[8][4];
+            zero_acc(accV);
 #pragma unroll
-        for (int ks = 0; ks < KD / 16; ++ks) {
-            const u32 a0 = pack_mma(accS[2 * ks][0], accS[2 * ks][1]);
-            const u32 a1 = pack_mma(accS[2 * ks][2], accS[2 * ks][3]);
-            const u32 a2 = pack_mma(accS[2 * ks + 1][0], accS[2 * ks + 1][1]);
-            const u32 a3 = pack_mma(accS[2 * ks + 1][2], accS[2 * ks + 1][3]);
+            for (int ks = 0; ks < KD / 16; ++ks) {
+                const uint4 a = s_frag(accS, ks);
 #pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                const u32 off = (u32)((16 * np * KP + 16 * ks) * 2);
-                u32 b0, b1, b2, b3;
-                ldsm_x4(sW + bn_kp + off, b0, b1, b2, b3);
-                mma16816(accV[2 * np], a0, a1, a2, a3, b0, b1);
-                mma16816(accV[2 * np + 1], a0, a1, a2, a3, b2, b3);
-                ldsm_x4(sQ + bn_kp + off, b0, b1, b2, b3);
-                mma16816(accO[2 * np], a0, a1, a2, a3, b0, b1);
-                mma16816(accO[2 * np + 1], a0, a1, a2, a3, b2, b3);
-            }
-        }
-        // V_newᵀ = Uᵀ - (W·S)ᵀ as bf16 A fragments, one per 16-token step
-        u32 av[4][4];
-#pragma unroll
-        for (int kt = 0; kt < 4; ++kt) {
-            const float4 u0 = Ut[(2 * kt) * 32 + lane], u1 = Ut[(2 * kt + 1) * 32 + lane];
-            av[kt][0] = pack_mma(u0.x - accV[2 * kt][0], u0.y - accV[2 * kt][1]);
-            av[kt][1] = pack_mma(u0.z - accV[2 * kt][2], u0.w - accV[2 * kt][3]);
-            av[kt][2] = pack_mma(u1.x - accV[2 * kt + 1][0], u1.y - accV[2 * kt + 1][1]);
-            av[kt][3] = pack_mma(u1.z - accV[2 * kt + 1][2], u1.w - accV[2 * kt + 1][3]);
-        }
-        // Sᵀ <- Sᵀ diag(e^Γlast) + V_newᵀ k̃ (the serial chain first)
-#pragma unroll
-        for (int nt = 0; nt < NTS; ++nt) {
-            const float2 gl = *(const float2*)(GLs + 8 * nt + 2 * q);
-            accS[nt][0] *= gl.x;
-            accS[nt][1] *= gl.y;
-            accS[nt][2] *= gl.x;
-            accS[nt][3] *= gl.y;
-        }
-#pragma unroll
-        for (int kt = 0; kt < 4; ++kt) {
-#pragma unroll
-            for (int np = 0; np < NTS / 2; ++np) {
-                u32 b0, b1, b2, b3;
-                ldsm_x4_t(sK + bk_kp + (u32)((16 * kt * KP + 16 * np) * 2), b0, b1, b2, b3);
-                mma16816(accS[2 * np], av[kt][0], av[kt][1], av[kt][2], av[kt][3], b0, b1);
-                mma16816(accS[2 * np + 1], av[kt][0], av[kt][1], av[kt][2], av[kt][3], b2, b3);
-            }
-        }
-        // oᵀ += V_newᵀ Pᵀ
-#pragma unroll
-        for (int kt = 0; kt < 4; ++kt) {
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                u32 b0, b1, b2, b3;
-                ldsm_x4(sP + bn_cp + (u32)((16 * np * CP + 16 * kt) * 2), b0, b1, b2, b3);
-                mma16816(accO[2 * np], av[kt][0], av[kt][1], av[kt][2], av[kt][3], b0, b1);
-                mma16816(accO[2 * np + 1], av[kt][0], av[kt][1], av[kt][2], av[kt][3], b2, b3);
-            }
-        }
-        // o rows < L: oᵀ's 8x8 blocks (v, t) transposed in registers (movmatrix) so that each lane
-        // stores two adjacent V columns of one token (16-bit outputs; f32 element by element)
-        const int t0 = (int)bos + c * CH;
-        const int L = imin(CH, len - c * CH);
-        const int rs = p.HV * VD;  // elements from one token to the next
-        const i64 obase = ((i64)t0 * p.HV + hv) * VD + vw;
-        if (p.out_dt == DT_F32) {
-            float* ob = (float*)p.o + obase;
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int t = 8 * nt + 2 * q + (e & 1);
-                    if (t < L) ob[t * rs + g + 8 * (e >> 1)] = accO[nt][e];
+                for (int np = 0; np < 4; ++np) {
+                    u32 b0, b1, b2, b3;
+                    ldsm_x4(sW + bn_kp + (u32)((16 * np * KP + 16 * ks) * 2), b0, b1, b2, b3);
+                    mma16816(accV[2 * np], a.x, a.y, a.z, a.w, b0, b1);
+                    mma16816(accV[2 * np + 1], a.x, a.y, a.z, a.w, b2, b3);
                 }
+            }
+            // V_newᵀ = Uᵀ - (W·S)ᵀ as bf16 A fragments, one per 16-token step, handed over
+            uint4 av[4];
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt) {
+                const float4 u0 = Ut[(2 * kt) * 32 + lane], u1 = Ut[(2 * kt + 1) * 32 + lane];
+                av[kt] = make_uint4(pack_mma(u0.x - accV[2 * kt][0], u0.y - accV[2 * kt][1]),
+                                    pack_mma(u0.z - accV[2 * kt][2], u0.w - accV[2 * kt][3]),
+                                    pack_mma(u1.x - accV[2 * kt + 1][0], u1.y - accV[2 * kt + 1][1]),
+                                    pack_mma(u1.z - accV[2 * kt + 1][2], u1.w - accV[2 * kt + 1][3]));
+                Vfr[kt * 32 + lane] = av[kt];
+            }
+            nbar_arrive(1 + w, 64);
+            // Sᵀ <- Sᵀ diag(e^Γlast) + V_newᵀ k̃
+#pragma unroll
+            for (int nt = 0; nt < NTS; ++nt) {
+                const float2 gl = *(const float2*)(GLs + 8 * nt + 2 * q);
+                accS[nt][0] *= gl.x;
+                accS[nt][1] *= gl.y;
+                accS[nt][2] *= gl.x;
+                accS[nt][3] *= gl.y;
+            }
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt) {
+#pragma unroll
+                for (int np = 0; np < NTS / 2; ++np) {
+                    u32 b0, b1, b2, b3;
+                    ldsm_x4_t(sK + bk_kp + (u32)((16 * kt * KP + 16 * np) * 2), b0, b1, b2, b3);
+                    mma16816(accS[2 * np], av[kt].x, av[kt].y, av[kt].z, av[kt].w, b0, b1);
+                    mma16816(accS[2 * np + 1], av[kt].x, av[kt].y, av[kt].z, av[kt].w, b2, b3);
+                }
+            }
+            // S_{c+1} for the output warp (read in chunk c + 1, after the block barrier)
+            uint4* Sn = Sfr + ((c + 1) & 1) * (KD / 16) * 32;
+#pragma unroll
+            for (int ks = 0; ks < KD / 16; ++ks) Sn[ks * 32 + lane] = s_frag(accS, ks);
+            const int L = imin(CH, len - c * CH);
+            const i64 pos = (i64)(c + 1) * CH;
+            if (L == CH && p.ck_every > 0 && pos % p.ck_every == 0) {
+                const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
+                store_state_r(p, accS, p.checkpoints, p.s_out_dt, slot, vw);
             }
         } else {
-            u16* ob = (u16*)p.o + obase + g * rs + 2 * q;
-            const bool bf = p.out_dt == DT_BF16;
+            const u32 sQ = smem_addr(st + WLay::Q), sP = smem_addr(st + WLay::P);
+            const uint4* Sc = Sfr + (c & 1) * (KD / 16) * 32;
+            float accO[8][4];
+            zero_acc(accO);
+            // (q̃·S)ᵀ = Sᵀ q̃ᵀ
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
+            for (int ks = 0; ks < KD / 16; ++ks) {
+                const uint4 a = Sc[ks * 32 + lane];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const float x = accO[nt][2 * h], y = accO[nt][2 * h + 1];
-                    const u32 w = movm_t(bf ? pack_bf16x2(x, y) : pack_f16x2(x, y));
-                    if (8 * nt + g < L) *(u32*)(ob + 8 * nt * rs + 8 * h) = w;
+                for (int np = 0; np < 4; ++np) {
+                    u32 b0, b1, b2, b3;
+                    ldsm_x4(sQ + bn_kp + (u32)((16 * np * KP + 16 * ks) * 2), b0, b1, b2, b3);
+                    mma16816(accO[2 * np], a.x, a.y, a.z, a.w, b0, b1);
+                    mma16816(accO[2 * np + 1], a.x, a.y, a.z, a.w, b2, b3);
                 }
             }
-        }
-        const i64 pos = (i64)(c + 1) * CH;
-        if (L == CH && p.ck_every > 0 && pos % p.ck_every == 0) {
-            const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
-            store_state_r(p, accS, p.checkpoints, p.s_out_dt, slot, vw);
+            nbar_sync(1 + w, 64);  // V_newᵀ of this chunk is in Vfr
+            // oᵀ += V_newᵀ Pᵀ
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt) {
+                const uint4 a = Vfr[kt * 32 + lane];
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    u32 b0, b1, b2, b3;
+                    ldsm_x4(sP + bn_cp + (u32)((16 * np * CP + 16 * kt) * 2), b0, b1, b2, b3);
+                    mma16816(accO[2 * np], a.x, a.y, a.z, a.w, b0, b1);
+                    mma16816(accO[2 * np + 1], a.x, a.y, a.z, a.w, b2, b3);
+                }
+            }
+            // o rows < L: oᵀ's 8x8 blocks (v, t) transposed in registers (movmatrix) so that each
+            // lane stores two adjacent V columns of one token (16-bit outputs; f32 one by one)
+            const int t0 = (int)bos + c * CH;
+            const int L = imin(CH, len - c * CH);
+            const int rs = p.HV * VD;  // elements from one token to the next
+            const i64 obase = ((i64)t0 * p.HV + hv) * VD + vw;
+            if (p.out_dt == DT_F32) {
+                float* ob = (float*)p.o + obase;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int t = 8 * nt + 2 * q + (e & 1);
+                        if (t < L) ob[t * rs + g + 8 * (e >> 1)] = accO[nt][e];
+                    }
+                }
+            } else {
+                u16* ob = (u16*)p.o + obase + g * rs + 2 * q;
+                const bool bf = p.out_dt == DT_BF16;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const float x = accO[nt][2 * h], y = accO[nt][2 * h + 1];
+                        const u32 wd = movm_t(bf ? pack_bf16x2(x, y) : pack_f16x2(x, y));
+                        if (8 * nt + g < L) *(u32*)(ob + 8 * nt * rs + 8 * h) = wd;
+                    }
+                }
+            }
         }
     }
     const i64 row = final_row(p, n);
-    if (row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
+    if (is_state && row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
 }

@@ -408,11 +408,18 @@ impl CudaBackend {
     }
 }
 
-/// Checks that every pointer the problem needs is non-null.
+/// Checks that every pointer the problem needs is non-null, and that q, k and v are 16-byte
+/// aligned (the kernels load their rows with vector loads).
 fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
     let need = |name: &str, ptr: u64| {
         if ptr == 0 {
             Err(Error::invalid(name, "a device pointer", "0"))
+        } else if matches!(name, "q" | "k" | "v") && ptr % 16 != 0 {
+            Err(Error::invalid(
+                name,
+                "a 16-byte aligned device pointer",
+                format!("{ptr:#x}"),
+            ))
         } else {
             Ok(())
         }
