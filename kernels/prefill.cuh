@@ -798,27 +798,53 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         for (int i = 0; i < 16; ++i) Tf[(16 * r + i) * 65 + 16 * r + l] = col[i];
     }
     __syncthreads();
+    // (each thread 2x2 outputs, rows i, i + 8 and columns j, j + 8 of a 16x16 block: half the
+    // shared loads per FMA, the same summation order per output as one output a thread)
     for (int dist = 1; dist < ((PROBE & 8) ? 1 : 4); ++dist) {
         const int nb = 4 - dist;
-        for (int idx = tid; idx < nb * 256; idx += NTH) {
-            const int b = idx >> 8, i = (idx >> 4) & 15, j = idx & 15;
+        for (int idx = tid; idx < nb * 64; idx += NTH) {
+            const int b = idx >> 6, i = (idx >> 3) & 7, j = idx & 7;
             const int r = b + dist, c = b;
-            float s = 0.0f;
-            for (int m = c; m < r; ++m)
+            float s00 = 0.0f, s01 = 0.0f, s10 = 0.0f, s11 = 0.0f;
+            for (int m = c; m < r; ++m) {
 #pragma unroll
-                for (int x = 0; x < 16; ++x)
-                    s += Af[(16 * r + i) * 65 + 16 * m + x] * Tf[(16 * m + x) * 65 + 16 * c + j];
-            Tmp[b * 272 + i * 17 + j] = s;
+                for (int x = 0; x < 16; ++x) {
+                    const float a0 = Af[(16 * r + i) * 65 + 16 * m + x];
+                    const float a1 = Af[(16 * r + i + 8) * 65 + 16 * m + x];
+                    const float u0 = Tf[(16 * m + x) * 65 + 16 * c + j];
+                    const float u1 = Tf[(16 * m + x) * 65 + 16 * c + j + 8];
+                    s00 += a0 * u0;
+                    s01 += a0 * u1;
+                    s10 += a1 * u0;
+                    s11 += a1 * u1;
+                }
+            }
+            float* tm = Tmp + b * 272;
+            tm[i * 17 + j] = s00;
+            tm[i * 17 + j + 8] = s01;
+            tm[(i + 8) * 17 + j] = s10;
+            tm[(i + 8) * 17 + j + 8] = s11;
         }
         __syncthreads();
-        for (int idx = tid; idx < nb * 256; idx += NTH) {
-            const int b = idx >> 8, i = (idx >> 4) & 15, j = idx & 15;
+        for (int idx = tid; idx < nb * 64; idx += NTH) {
+            const int b = idx >> 6, i = (idx >> 3) & 7, j = idx & 7;
             const int r = b + dist, c = b;
-            float s = 0.0f;
+            const float* tm = Tmp + b * 272;
+            float s00 = 0.0f, s01 = 0.0f, s10 = 0.0f, s11 = 0.0f;
 #pragma unroll
-            for (int x = 0; x < 16; ++x)
-                s += Tf[(16 * r + i) * 65 + 16 * r + x] * Tmp[b * 272 + x * 17 + j];
-            Tf[(16 * r + i) * 65 + 16 * c + j] = -s;
+            for (int x = 0; x < 16; ++x) {
+                const float a0 = Tf[(16 * r + i) * 65 + 16 * r + x];
+                const float a1 = Tf[(16 * r + i + 8) * 65 + 16 * r + x];
+                const float u0 = tm[x * 17 + j], u1 = tm[x * 17 + j + 8];
+                s00 += a0 * u0;
+                s01 += a0 * u1;
+                s10 += a1 * u0;
+                s11 += a1 * u1;
+            }
+            Tf[(16 * r + i) * 65 + 16 * c + j] = -s00;
+            Tf[(16 * r + i) * 65 + 16 * c + j + 8] = -s01;
+            Tf[(16 * r + i + 8) * 65 + 16 * c + j] = -s10;
+            Tf[(16 * r + i + 8) * 65 + 16 * c + j + 8] = -s11;
         }
         __syncthreads();
     }
@@ -915,11 +941,19 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             int r, c;
             tile_rc<CH, VD, NTH / 32>(warp, lane, i, r, c);
             if (DIRECT) {
+                // tokens (t, t + 1) are adjacent in the Uᵀ fragment order: lanes of rows g and
+                // g + 1 (lane ^ 4) swap one value each, then each stores two 8-byte pairs
                 float* U = (float*)(wdst + WLay::U);
-                U[ut_off(r, c)] = acc[i][0];
-                U[ut_off(r, c + 1)] = acc[i][1];
-                U[ut_off(r + 8, c)] = acc[i][2];
-                U[ut_off(r + 8, c + 1)] = acc[i][3];
+                const bool ev = ((lane >> 2) & 1) == 0;  // (r even)
+                const float x0 = __shfl_xor_sync(0xffffffffu, ev ? acc[i][1] : acc[i][0], 4);
+                const float x1 = __shfl_xor_sync(0xffffffffu, ev ? acc[i][3] : acc[i][2], 4);
+                if (ev) {
+                    *(float2*)(U + ut_off(r, c)) = make_float2(acc[i][0], x0);
+                    *(float2*)(U + ut_off(r + 8, c)) = make_float2(acc[i][2], x1);
+                } else {
+                    *(float2*)(U + ut_off(r - 1, c + 1)) = make_float2(x0, acc[i][1]);
+                    *(float2*)(U + ut_off(r + 7, c + 1)) = make_float2(x1, acc[i][3]);
+                }
             } else {
                 *(float2*)(Uf + r * LY::UST + c) = make_float2(acc[i][0], acc[i][1]);
                 *(float2*)(Uf + (r + 8) * LY::UST + c) = make_float2(acc[i][2], acc[i][3]);
