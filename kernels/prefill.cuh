@@ -41,7 +41,7 @@
 // Diagnosis only (DELTARULE_CUDA_PROBE, 0 in production): bits leave parts out to place the time.
 // Fused state pass: 2 the W·S and q̃·S products, 4 the S update product.
 // Intra: 8 the T solve, 32 step 2 (A and P; gdn), 64 step 5's products,
-// 128 the small-bh copy of W, q̃, k̃ to the workspace.
+// 128 the small-bh copy of W to the workspace.
 #ifndef PROBE
 #define PROBE 0
 #endif
@@ -882,8 +882,11 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                 return pack_mma(from_mma((u16)(w & 0xffffu)) * e, from_mma((u16)(w >> 16)) * e);
             };
             *(uint4*)(Xs + i * KP + d) = make_uint4(kx2(kw.x, e1), kx2(kw.y, e1), kx2(kw.z, e1), kx2(kw.w, e1));
-            *(uint4*)(Kd + i * KP + d) = make_uint4(kx2(kw.x, e2), kx2(kw.y, e2), kx2(kw.z, e2), kx2(kw.w, e2));
-            *(uint4*)(Qs + i * KP + d) =
+            // (DIRECT: q̃ and k̃ go straight to the workspace, whose rows are padded like these)
+            u16* Ko = DIRECT ? (u16*)(wdst + WLay::KT) : Kd;
+            u16* Qo = DIRECT ? (u16*)(wdst + WLay::Q) : Qs;
+            *(uint4*)(Ko + i * KP + d) = make_uint4(kx2(kw.x, e2), kx2(kw.y, e2), kx2(kw.z, e2), kx2(kw.w, e2));
+            *(uint4*)(Qo + i * KP + d) =
                 make_uint4(sc2(qw.x, p.scale, e1), sc2(qw.y, p.scale, e1), sc2(qw.z, p.scale, e1), sc2(qw.w, p.scale, e1));
         }
         if (tid < KD) GLs[tid] = fexp(G[63]);
@@ -1152,11 +1155,8 @@ __device__ void smallbh_intra(const Params& p) {
     __syncthreads();
     for (int u = tid; u < ((PROBE & 128) ? 0 : 64 * (KD / 8)); u += NTH) {
         const int r = u / (KD / 8), q = u % (KD / 8);
+        // (q̃ and k̃ went to the workspace where they were made: kda step 2, gdn step 4)
         *(uint4*)(dst + WLay::W + r * KP * 2 + q * 16) = *(const uint4*)(sm + LY::WM + r * KP * 2 + q * 16);
-        if (!KDA) {  // (kda wrote q̃ and k̃ to the workspace in step 2)
-            *(uint4*)(dst + WLay::Q + r * KP * 2 + q * 16) = *(const uint4*)(sm + LY::QD + r * KP * 2 + q * 16);
-            *(uint4*)(dst + WLay::KT + r * KP * 2 + q * 16) = *(const uint4*)(sm + LY::KDT + r * KP * 2 + q * 16);
-        }
     }
     for (int u = tid; u < KD / 4; u += NTH)
         *(uint4*)(dst + WLay::GL + u * 16) = *(const uint4*)(sm + LY::GL + u * 16);
@@ -1243,8 +1243,8 @@ __device__ __forceinline__ void nbar_sync(int id, int n) {
 
 // State kernel: grid (VD / VT, HV, N), VT / 8 warps, dynamic shared memory RLay<VT>::TOTAL.
 // Walks the chunks of one (sequence, value head) for V columns [v0, v0 + VT). One block-wide
-// barrier per chunk, after which thread 0 refills the stage every warp finished with in the
-// previous chunk; inside a chunk, output warp NW + w waits (named barrier 1 + w) for state warp
+// barrier per chunk, after which lane 0 of the first output warp refills the stage every warp
+// finished with in the previous chunk; inside a chunk, output warp NW + w waits (named barrier 1 + w) for state warp
 // w's V_newᵀ. bf16(Sᵀ) alternates between two buffers by chunk parity: the state warp writes
 // S_{c+1} during chunk c while its output warp may still read S_c.
 // Fetch variants (diagnosis, DELTARULE_CUDA_PROBE): 1 only the first NST - 1 chunks are fetched
@@ -1282,8 +1282,8 @@ __device__ void smallbh_state(const Params& p) {
         for (int s = 0; s < RL::NST; ++s) mbar_init(bars + s, 1);
         mbar_init_fence();
     }
-    // chunk c's block into stage c % NST: two bulk copies from thread 0 (FETCH_SPLIT: the main
-    // part in 8 pieces from 8 lanes of warp 0; FETCH_CPA: per-thread cp.async, no mbarrier)
+    // chunk c's block into stage c % NST: two bulk copies from one thread (FETCH_SPLIT: the main
+    // part in 8 pieces from 8 lanes of one warp; FETCH_CPA: per-thread cp.async, no mbarrier)
     auto fetch = [&](int c) {
         const char* src = (const char*)p.work + ((i64)(r0 + c) * p.HV + hv) * WLay::BLOCK;
         const char* usrc = src + WLay::U + v0 * 64 * 4;
@@ -1306,8 +1306,8 @@ __device__ void smallbh_state(const Params& p) {
             bulk_g2s(st + WLay::MAIN, usrc, RL::UB, bar);
         }
     };
-    // who issues fetch()
-    const bool fetcher = FETCH_CPA ? true : FETCH_SPLIT ? warp == 0 : threadIdx.x == 0;
+    // who issues fetch(): the first output warp (it has slack; the state warps carry the chain)
+    const bool fetcher = FETCH_CPA ? true : FETCH_SPLIT ? warp == NW : threadIdx.x == NW * 32;
     __syncthreads();  // barriers initialised, S_0's fragments written
     if (fetcher)
         for (int c = 0; c < RL::NST - 1 && c < nch; ++c) fetch(c);

@@ -9,8 +9,8 @@
 //!   accumulation), the inverse in f32, the running state in f32 registers;
 //! * `small-bh` (`{op}_prefill_intra` + `{op}_prefill_state`): for few (sequence x value head)
 //!   pairs, a chunk-parallel intra kernel writes W, U, P, q̃, k̃ per chunk into a workspace, then a
-//!   state pass split over 32-column V tiles (8 warps) walks the chunks with cp.async double
-//!   buffering;
+//!   state pass split over 32- or 16-column V tiles walks the chunks with the transposed state in
+//!   mma accumulators (a state and an output warp per 16 V columns, bulk copies two chunks ahead);
 //! * `recurrent` (`{op}_decode_recurrent`): the token recurrence for decode (T >= 1 tokens per
 //!   sequence), V-split, in place on a state pool.
 //!
@@ -414,7 +414,7 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
     let need = |name: &str, ptr: u64| {
         if ptr == 0 {
             Err(Error::invalid(name, "a device pointer", "0"))
-        } else if matches!(name, "q" | "k" | "v") && ptr % 16 != 0 {
+        } else if matches!(name, "q" | "k" | "v") && !ptr.is_multiple_of(16) {
             Err(Error::invalid(
                 name,
                 "a 16-byte aligned device pointer",
@@ -690,8 +690,9 @@ impl Backend for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::state_tile;
-    use deltarule_core::{Mode, Op, Problem};
+    use super::{check_ptrs, state_tile};
+    use crate::launch::DevicePtrs;
+    use deltarule_core::{Error, Mode, Op, Problem};
 
     fn prefill(seqs: usize, h: usize, hv: usize) -> Problem {
         Problem::new(Op::Gdn, Mode::Prefill, seqs, 8192, h, hv, 128, 128)
@@ -711,5 +712,32 @@ mod tests {
         assert_eq!(state_tile(&prefill(1, 16, 32), 132, Some(16)), 16);
         assert_eq!(state_tile(&prefill(1, 4, 8), 132, Some(32)), 32);
         assert_eq!(state_tile(&prefill(1, 16, 32), 132, Some(64)), 64);
+    }
+
+    #[test]
+    fn q_k_v_pointers_must_be_16_byte_aligned() {
+        let p = prefill(1, 4, 8);
+        let ptrs = DevicePtrs {
+            q: 0x1000,
+            k: 0x2000,
+            v: 0x3000,
+            g: 0x4004, // (only q, k and v are read with vector loads)
+            beta: 0x5000,
+            cu_seqlens: 0x6000,
+            o: 0x7000,
+            state_out: 0x8000,
+            ..Default::default()
+        };
+        if let Err(e) = check_ptrs(&p, &ptrs) {
+            panic!("aligned pointers rejected: {e}");
+        }
+        let bad = DevicePtrs { k: 0x2008, ..ptrs };
+        match check_ptrs(&p, &bad) {
+            Err(Error::InvalidArgument { field, got, .. }) => {
+                assert_eq!(field, "k");
+                assert_eq!(got, "0x2008");
+            }
+            other => panic!("expected an alignment error, got {other:?}"),
+        }
     }
 }
