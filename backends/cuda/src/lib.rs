@@ -459,12 +459,16 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
     Ok(())
 }
 
-/// The V tile of the small-bh state pass: 16 columns when the 32-column tiles of all (sequence,
-/// value head) pairs fill at most half the SMs, else 32, unless `forced` (16, 32 or 64) says.
+/// The V tile of the small-bh state pass (one CTA per SM: 230 KB of shared memory): 16 columns
+/// when the 32-column tiles of all (sequence, value head) pairs fill at most half the SMs; 64
+/// when the 32-column tiles would need a second wave and the 64-column ones fit in one (V >= 64);
+/// else 32. `forced` (16, 32 or 64) overrides.
 fn state_tile(p: &Problem, sms: usize, forced: Option<usize>) -> usize {
+    let pairs = p.seqs * p.hv;
     match forced {
         Some(bv) => bv,
-        None if p.seqs * p.hv * (p.v / 32) * 2 <= sms => 16,
+        None if pairs * (p.v / 32) * 2 <= sms => 16,
+        None if p.v >= 64 && pairs * (p.v / 32) > sms && pairs * (p.v / 64) <= sms => 64,
         None => 32,
     }
 }
@@ -708,6 +712,11 @@ mod tests {
         let kda = |seqs, v| Problem::new(Op::Kda, Mode::Prefill, seqs, 8192, 1, 1, 128, v);
         assert_eq!(state_tile(&kda(33, 64), 132, None), 16);
         assert_eq!(state_tile(&kda(67, 32), 132, None), 32);
+        // kda 64/64: 256 CTAs of 32 columns (two waves) -> 128 of 64 columns (one wave)
+        let kda64 = Problem::new(Op::Kda, Mode::Prefill, 1, 8192, 64, 64, 128, 128);
+        assert_eq!(state_tile(&kda64, 132, None), 64);
+        // ... unless the 64-column tiles need two waves too
+        assert_eq!(state_tile(&kda(200, 128), 132, None), 32);
         // a forced width wins either way
         assert_eq!(state_tile(&prefill(1, 16, 32), 132, Some(16)), 16);
         assert_eq!(state_tile(&prefill(1, 4, 8), 132, Some(32)), 32);
