@@ -34,15 +34,5 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill_state64(const P
 }
 #endif
 
-// Sizes the host reads once per loaded module (cuModuleGetGlobal): dynamic shared memory of the
-// fused kernel, of the small-bh state kernel, the workspace block per (chunk, head), the dynamic
-// shared memory of the small-bh intra kernel, the threads of the small-bh state kernel, the
-// dynamic shared memory and threads of its 16-column variant, and of its 64-column variant (0
-// where V < 64: no such kernel).
-extern "C" __device__ int gdn_prefill_sizes[9] = {Lay<false>::TOTAL, RLay<32>::TOTAL, WLay::BLOCK, Lay<false, true>::TOTAL, 128,
-                                              RLay<16>::TOTAL, 64,
-#if HEAD_V >= 64
-                                              RLay<64>::TOTAL, 256};
-#else
-                                              0, 0};
-#endif
+// The size table the host reads (prefill.cuh, PREFILL_SIZES).
+extern "C" __device__ int gdn_prefill_sizes[9] = PREFILL_SIZES(false);

@@ -1247,6 +1247,18 @@ __device__ __forceinline__ void nbar_sync(int id, int n) {
 // finished with in the previous chunk; inside a chunk, output warp NW + w waits (named barrier 1 + w) for state warp
 // w's V_newᵀ. bf16(Sᵀ) alternates between two buffers by chunk parity: the state warp writes
 // S_{c+1} during chunk c while its output warp may still read S_c.
+// acc (16 x 64, 8 tiles) += A x B for one k step: A this lane's fragment, B stored [N][K] (row LD
+// elements; non-transposed ldmatrix) from `sb` = the lane's ldmatrix address of column 0 of the step.
+template <int LD>
+__device__ __forceinline__ void mma_step_n64(float (&acc)[8][4], const uint4& a, u32 sb) {
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+        u32 b0, b1, b2, b3;
+        ldsm_x4(sb + (u32)(16 * np * LD * 2), b0, b1, b2, b3);
+        mma16816(acc[2 * np], a.x, a.y, a.z, a.w, b0, b1);
+        mma16816(acc[2 * np + 1], a.x, a.y, a.z, a.w, b2, b3);
+    }
+}
 // Fetch variants (diagnosis, DELTARULE_CUDA_PROBE): 1 only the first NST - 1 chunks are fetched
 // (results wrong: the time without the copies), 2048 the main part in 8 bulk copies, 4096
 // per-thread cp.async instead of bulk copies.
@@ -1337,16 +1349,7 @@ __device__ void smallbh_state(const Params& p) {
             float accV[8][4];
             zero_acc(accV);
 #pragma unroll
-            for (int ks = 0; ks < KD / 16; ++ks) {
-                const uint4 a = s_frag(accS, ks);
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    u32 b0, b1, b2, b3;
-                    ldsm_x4(sW + bn_kp + (u32)((16 * np * KP + 16 * ks) * 2), b0, b1, b2, b3);
-                    mma16816(accV[2 * np], a.x, a.y, a.z, a.w, b0, b1);
-                    mma16816(accV[2 * np + 1], a.x, a.y, a.z, a.w, b2, b3);
-                }
-            }
+            for (int ks = 0; ks < KD / 16; ++ks) mma_step_n64<KP>(accV, s_frag(accS, ks), sW + bn_kp + 32 * ks);
             // V_newᵀ = Uᵀ - (W·S)ᵀ as bf16 A fragments, one per 16-token step, handed over
             uint4 av[4];
 #pragma unroll
@@ -1395,29 +1398,11 @@ __device__ void smallbh_state(const Params& p) {
             zero_acc(accO);
             // (q̃·S)ᵀ = Sᵀ q̃ᵀ
 #pragma unroll
-            for (int ks = 0; ks < KD / 16; ++ks) {
-                const uint4 a = Sc[ks * 32 + lane];
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    u32 b0, b1, b2, b3;
-                    ldsm_x4(sQ + bn_kp + (u32)((16 * np * KP + 16 * ks) * 2), b0, b1, b2, b3);
-                    mma16816(accO[2 * np], a.x, a.y, a.z, a.w, b0, b1);
-                    mma16816(accO[2 * np + 1], a.x, a.y, a.z, a.w, b2, b3);
-                }
-            }
+            for (int ks = 0; ks < KD / 16; ++ks) mma_step_n64<KP>(accO, Sc[ks * 32 + lane], sQ + bn_kp + 32 * ks);
             nbar_sync(1 + w, 64);  // V_newᵀ of this chunk is in Vfr
             // oᵀ += V_newᵀ Pᵀ
 #pragma unroll
-            for (int kt = 0; kt < 4; ++kt) {
-                const uint4 a = Vfr[kt * 32 + lane];
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    u32 b0, b1, b2, b3;
-                    ldsm_x4(sP + bn_cp + (u32)((16 * np * CP + 16 * kt) * 2), b0, b1, b2, b3);
-                    mma16816(accO[2 * np], a.x, a.y, a.z, a.w, b0, b1);
-                    mma16816(accO[2 * np + 1], a.x, a.y, a.z, a.w, b2, b3);
-                }
-            }
+            for (int kt = 0; kt < 4; ++kt) mma_step_n64<CP>(accO, Vfr[kt * 32 + lane], sP + bn_cp + 32 * kt);
             // o rows < L: oᵀ's 8x8 blocks (v, t) transposed in registers (movmatrix) so that each
             // lane stores two adjacent V columns of one token (16-bit outputs; f32 one by one)
             const int t0 = (int)bos + c * CH;
@@ -1452,3 +1437,19 @@ __device__ void smallbh_state(const Params& p) {
     const i64 row = final_row(p, n);
     if (is_state && row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
 }
+
+// The size table of a prefill module, read by the host once per loaded module (cuModuleGetGlobal):
+// dynamic shared memory of the fused kernel, of the small-bh state kernel, the workspace block per
+// (chunk, head), the dynamic shared memory of the small-bh intra kernel, the threads of the
+// small-bh state kernel, the dynamic shared memory and threads of its 16-column variant, and of
+// its 64-column variant (0 where V < 64: no such kernel). Each .cu file defines
+// `{op}_prefill_sizes[9] = PREFILL_SIZES(KDA)`.
+#if HEAD_V >= 64
+#define PREFILL_SIZES64(KDA) RLay<64>::TOTAL, 256
+#else
+#define PREFILL_SIZES64(KDA) 0, 0
+#endif
+#define PREFILL_SIZES(KDA)                                                                          \
+    {Lay<KDA>::TOTAL, RLay<32>::TOTAL, WLay::BLOCK, Lay<KDA, true>::TOTAL, 128, RLay<16>::TOTAL, 64, \
+     PREFILL_SIZES64(KDA)}
+
