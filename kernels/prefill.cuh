@@ -39,7 +39,8 @@
 #endif
 
 // Diagnosis only (DELTARULE_CUDA_PROBE, 0 in production): bits leave parts out to place the time.
-// Fused state pass: 2 the W·S and q̃·S products, 4 the S update product.
+// Small-bh state pass: 1 its fetch after the prologue. Fused state pass: 2 the W·S and q̃·S
+// products, 4 the S update product.
 // Intra: 8 the T solve, 32 step 2 (A and P; gdn), 64 step 5's products,
 // 128 the small-bh copy of W to the workspace.
 #ifndef PROBE
@@ -87,14 +88,6 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     u32 r;
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
     return r;
-}
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 // Bulk copies (sm_90 TMA, no tensor map) completing on an mbarrier: the small-bh state pass fetches
 // a chunk's workspace block with two of them (session 2 measured ~320 row-sized bulk copies per
@@ -1259,12 +1252,10 @@ __device__ __forceinline__ void mma_step_n64(float (&acc)[8][4], const uint4& a,
         mma16816(acc[2 * np + 1], a.x, a.y, a.z, a.w, b2, b3);
     }
 }
-// Fetch variants (diagnosis, DELTARULE_CUDA_PROBE): 1 only the first NST - 1 chunks are fetched
-// (results wrong: the time without the copies), 2048 the main part in 8 bulk copies, 4096
-// per-thread cp.async instead of bulk copies.
+// Diagnosis (DELTARULE_CUDA_PROBE bit 1): only the first NST - 1 chunks are fetched (results
+// wrong: the pass's time without its copies). Measured alternatives to the two bulk copies (session
+// 4, bench/NOTES.md): 8 bulk copies and per-thread cp.async, both slower.
 constexpr bool FETCH_NONE = (PROBE & 1) != 0;
-constexpr bool FETCH_SPLIT = (PROBE & 2048) != 0;
-constexpr bool FETCH_CPA = (PROBE & 4096) != 0;
 template <bool KDA, int VT>
 __device__ void smallbh_state(const Params& p) {
     typedef RLay<VT> RL;
@@ -1294,37 +1285,20 @@ __device__ void smallbh_state(const Params& p) {
         for (int s = 0; s < RL::NST; ++s) mbar_init(bars + s, 1);
         mbar_init_fence();
     }
-    // chunk c's block into stage c % NST: two bulk copies from one thread (FETCH_SPLIT: the main
-    // part in 8 pieces from 8 lanes of one warp; FETCH_CPA: per-thread cp.async, no mbarrier)
+    // chunk c's block into stage c % NST: two bulk copies, issued by lane 0 of the first output
+    // warp (it has slack; the state warps carry the chain)
+    const bool fetcher = threadIdx.x == NW * 32;
     auto fetch = [&](int c) {
         const char* src = (const char*)p.work + ((i64)(r0 + c) * p.HV + hv) * WLay::BLOCK;
-        const char* usrc = src + WLay::U + v0 * 64 * 4;
         char* st = sm + (c % RL::NST) * RL::STAGE;
         u64* bar = bars + c % RL::NST;
-        if constexpr (FETCH_CPA) {
-            for (int u = threadIdx.x; u < RL::STAGE / 16; u += 2 * NW * 32) {
-                const int off = u * 16;
-                cp_async16(st + off, off < WLay::MAIN ? src + off : usrc + (off - WLay::MAIN));
-            }
-        } else if constexpr (FETCH_SPLIT) {
-            constexpr int PIECE = WLay::MAIN / 16 / 8 * 16, LAST = WLay::MAIN - 7 * PIECE;
-            if (lane == 0) mbar_arrive_expect(bar, RL::STAGE);
-            __syncwarp();
-            if (lane < 8) bulk_g2s(st + lane * PIECE, src + lane * PIECE, lane == 7 ? LAST : PIECE, bar);
-            if (lane == 8) bulk_g2s(st + WLay::MAIN, usrc, RL::UB, bar);
-        } else {
-            mbar_arrive_expect(bar, RL::STAGE);
-            bulk_g2s(st, src, WLay::MAIN, bar);
-            bulk_g2s(st + WLay::MAIN, usrc, RL::UB, bar);
-        }
+        mbar_arrive_expect(bar, RL::STAGE);
+        bulk_g2s(st, src, WLay::MAIN, bar);
+        bulk_g2s(st + WLay::MAIN, src + WLay::U + v0 * 64 * 4, RL::UB, bar);
     };
-    // who issues fetch(): the first output warp (it has slack; the state warps carry the chain)
-    const bool fetcher = FETCH_CPA ? true : FETCH_SPLIT ? warp == NW : threadIdx.x == NW * 32;
     __syncthreads();  // barriers initialised, S_0's fragments written
     if (fetcher)
         for (int c = 0; c < RL::NST - 1 && c < nch; ++c) fetch(c);
-    if (FETCH_CPA)
-        for (int c = 0; c < RL::NST - 1; ++c) cp_async_commit();  // (one group per chunk slot)
     // this lane's ldmatrix row addresses (see mma_tiles): B stored [N][K] (W, q̃ with row KP, P
     // with row CP; non-transposed) or [K][N] (k̃; .trans)
     const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
@@ -1332,14 +1306,12 @@ __device__ void smallbh_state(const Params& p) {
     const u32 bn_cp = (u32)(((l7 + 8 * l16) * CP + 8 * l8) * 2);
     const u32 bk_kp = (u32)(((l7 + 8 * l8) * KP + 8 * l16) * 2);
     for (int c = 0; c < nch; ++c) {
-        if (FETCH_CPA) cp_async_wait<RL::NST - 2>();  // this thread's copies of chunk c
-        if (c > 0 || FETCH_CPA) __syncthreads();  // every warp is past chunk c - 1, whose stage is refilled now
+        if (c > 0) __syncthreads();  // every warp is past chunk c - 1, whose stage is refilled now
         if (fetcher && c + RL::NST - 1 < nch && !(FETCH_NONE && c > 0)) {
-            if (!FETCH_CPA) fence_proxy_async();
+            fence_proxy_async();
             fetch(c + RL::NST - 1);
         }
-        if (FETCH_CPA) cp_async_commit();
-        else if (!(FETCH_NONE && c >= RL::NST - 1)) mbar_wait(bars + c % RL::NST, (c / RL::NST) & 1);
+        if (!(FETCH_NONE && c >= RL::NST - 1)) mbar_wait(bars + c % RL::NST, (c / RL::NST) & 1);
         const char* st = sm + (c % RL::NST) * RL::STAGE;
         if (is_state) {
             const u32 sW = smem_addr(st + WLay::W), sK = smem_addr(st + WLay::KT);
