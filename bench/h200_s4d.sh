@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/h200_s4d.sh (session 4, call 5): is the v7 state pass waiting on its fetch? The small-bh
 # shapes with the fetch variants of kernels/prefill.cuh (DELTARULE_CUDA_PROBE: 1 no fetch after
-# the prologue, results wrong; 2048 eight bulk copies; 4096 per-thread cp.async), correctness of
+# the prologue, results wrong; 2048 eight bulk copies; 4096 per-thread cp.async; the last two were
+# removed after this call, measured slower), correctness of
 # the two real variants. Carry: .dev/pack
 set -uo pipefail
 source bench/h200_env.sh

@@ -66,16 +66,7 @@ __device__ __forceinline__ float from_mma(u16 h) { return bf16_to_f32(h); }
 #define MMA_INSTR "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
 #endif
 // (x, y) as two mma-type halves of one 32-bit word, x in the low half (the lower address).
-// One cvt.rn.{bf16,f16}x2.f32 (its first source goes to the upper half).
-__device__ __forceinline__ u32 pack_mma(float x, float y) {
-    u32 r;
-#if MMA_F16
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(y), "f"(x));
-#else
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(y), "f"(x));
-#endif
-    return r;
-}
+__device__ __forceinline__ u32 pack_mma(float x, float y) { return MMA_F16 ? pack_f16x2(x, y) : pack_bf16x2(x, y); }
 
 __device__ __forceinline__ void mma16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
                                          u32 b1) {
