@@ -42,7 +42,8 @@
 // Small-bh state pass: 1 its fetch after the prologue. Fused state pass: 2 the W·S and q̃·S
 // products, 4 the S update product.
 // Intra: 8 the T solve, 32 step 2 (A and P; gdn), 64 step 5's products,
-// 128 the small-bh copy of W to the workspace.
+// 128 the small-bh bulk copies of the block to the workspace; 256 a clock64 timeline of sampled
+// chunks (printf); 512 the former f32 CUDA-core T merge instead of the tensor-core doubling.
 #ifndef PROBE
 #define PROBE 0
 #endif
@@ -53,6 +54,7 @@ constexpr int KP = KD + 8;    // padded row of [64][KD] operands (elements)
 constexpr int CP = CH + 8;    // padded row of [*][64] operands
 constexpr int VP = VD + 8;    // padded row of [*][VD] operands
 constexpr int NTH = 256;      // threads of the intra stage and of the fused kernel
+constexpr int MSB = 32 * 33 * 4;  // bytes of the T merge scratch (a [32][33] f32 block)
 static_assert(KD == 32 || KD == 64 || KD == 128, "HEAD_K must be 32, 64 or 128");
 static_assert(VD == 32 || VD == 64 || VD == 128, "HEAD_V must be 32, 64 or 128");
 
@@ -73,6 +75,41 @@ __device__ __forceinline__ void mma16816(float (&c)[4], u32 a0, u32 a1, u32 a2, 
     asm volatile(MMA_INSTR "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The same product on bf16 operands whatever MMA_F16 says (the f32 hi + lo splits below).
+__device__ __forceinline__ void mma16816_bf16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// (x, y) as bf16 hi + lo pairs: x = hi + lo to ~2^-16 relative.
+__device__ __forceinline__ void split_bf16x2(float x, float y, u32& hi, u32& lo) {
+    hi = pack_bf16x2(x, y);
+    lo = pack_bf16x2(x - bf16_to_f32((u16)(hi & 0xffffu)), y - bf16_to_f32((u16)(hi >> 16)));
+}
+// c += A · B for a 16 x 16 A (row-major f32, row stride lda) and a 16 x 8 B (row-major [k][n]
+// f32, row stride ldb), both in shared memory, as hi·hi + hi·lo + lo·hi bf16 products with f32
+// accumulation (~2^-16 relative: f32-class for the T merges). Fragments are loaded per lane
+// (m16n8k16 layout: A rows g, g + 8 and columns 2q, 2q + 1, 2q + 8, 2q + 9; B rows 2q, 2q + 1,
+// 2q + 8, 2q + 9 and column g).
+__device__ __forceinline__ void mma_f32x3(float (&c)[4], const float* A, int lda, const float* B, int ldb,
+                                          int lane) {
+    const int g = lane >> 2, q2 = 2 * (lane & 3);
+    const float* a0 = A + g * lda + q2;
+    const float* a1 = a0 + 8 * lda;
+    const float* b = B + q2 * ldb + g;
+    u32 ah[4], al[4], bh0, bl0, bh1, bl1;
+    split_bf16x2(a0[0], a0[1], ah[0], al[0]);
+    split_bf16x2(a1[0], a1[1], ah[1], al[1]);
+    split_bf16x2(a0[8], a0[9], ah[2], al[2]);
+    split_bf16x2(a1[8], a1[9], ah[3], al[3]);
+    split_bf16x2(b[0], b[ldb], bh0, bl0);
+    split_bf16x2(b[8 * ldb], b[9 * ldb], bh1, bl1);
+    mma16816_bf16(c, al, bh0, bh1);
+    mma16816_bf16(c, ah, bl0, bl1);
+    mma16816_bf16(c, ah, bh0, bh1);
 }
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
@@ -104,6 +141,20 @@ __device__ __forceinline__ void bulk_g2s(void* smem, const void* gmem, u32 bytes
                      smem_addr(smem)),
                  "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
                  : "memory");
+}
+// Bulk copy shared -> global (async proxy; order the shared writes before it with
+// fence_proxy_async and a barrier); commit the issued copies as one group; wait (issuing thread)
+// until every committed group has read its shared source.
+__device__ __forceinline__ void bulk_s2g(void* gmem, const void* smem, u32 bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(gmem), "r"(smem_addr(smem)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// Prefetches [gmem, gmem + bytes) into L2 (bulk, asynchronous; 16-byte aligned, bytes % 16 == 0).
+__device__ __forceinline__ void prefetch_l2(const void* gmem, u32 bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
 }
 // Waits until the phase of parity `parity` of `bar` has completed.
 __device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
@@ -262,14 +313,15 @@ struct Lay {
     static constexpr int PM = KDT + 64 * KP * 2;            // P         [64][CP] u16
     static constexpr int UF = PM + (DIRECT ? 0 : 64 * CP * 2);  // U      [64][UST] f32
     static constexpr int GL = UF + (DIRECT ? 0 : 64 * UST * 4); // e^Γlast [KD] f32
-    // (DIRECT: P and U go from registers straight to the small-bh workspace, not to shared.)
+    // (DIRECT: P goes from registers straight to the small-bh workspace; U is staged over X and
+    // V at the end, see USG.)
     static constexpr int SCR = align16(GL + KD * 4);        // scratch
     static constexpr int GK = KDA ? KD : 1;
     static constexpr int G = SCR;                           // Γ         [64][GK] f32
     static constexpr int BETA = align16(G + 64 * GK * 4);   // β         [64] f32
     static constexpr int AF = BETA + 64 * 4;                // A         [64][65] f32
     static constexpr int TF = AF + 64 * 65 * 4;             // T         [64][65] f32
-    static constexpr int TMP = TF + 64 * 65 * 4;            // merge     [3][16][17] f32
+    static constexpr int TMP = TF + 64 * 65 * 4;            // merge     [32][33] f32 (MSB)
     static constexpr int DS = 16;                           // kda channel slice
     static constexpr int DSP = DS + 1;                      // padded slice row (bank-conflict free)
     // (kda uses the specialisation Lay<true, DIRECT> below: the KDA-dependent members here are
@@ -284,6 +336,12 @@ struct Lay {
     static constexpr int VNT = SB + KD * VP * 2;            //                   V_new  [64][VP]
     static constexpr int TOTAL = imax(TB + 2 * 64 * CP * 2, VNT + 64 * VP * 2);
     static_assert(TOTAL <= 232448, "shared memory of the intra stage");
+    // (the merge scratch may run into T', which is built after the merges)
+    static_assert(TMP + MSB <= TB + 2 * 64 * CP * 2 && TB >= TMP, "merge scratch");
+    // DIRECT: U is staged over X and V (dead after step 5's products) when they are adjacent and
+    // large enough, then leaves with one bulk copy (otherwise with per-thread stores)
+    static constexpr int USG = XT;
+    static constexpr bool USTAGE = DIRECT && VBT == XT + 64 * KP * 2 && KP + VP >= 2 * VD;
 };
 
 // kda arena. The head (W, q̃, k̃, P, U, e^Γlast) is laid out as in the primary template; the scratch
@@ -316,8 +374,8 @@ struct Lay<true, DIRECT> {
     static constexpr int BETA = SCR;                            // β [64] f32
     static constexpr int G = BETA + 256;                        // Γ [64][KD] f32
     static constexpr int TF = G;                                // T [64][65] f32
-    static constexpr int TMP = TF + 64 * 65 * 4;                // merge [3][16][17] f32
-    static constexpr int SLF = G + imax(64 * KD * 4, 64 * 65 * 4 + 3 * 16 * 17 * 4);
+    static constexpr int TMP = TF + 64 * 65 * 4;                // merge [32][33] f32 (MSB)
+    static constexpr int SLF = G + imax(64 * KD * 4, 64 * 65 * 4 + MSB);
     static constexpr int AF = SLF;                              // A [64][65] f32
     static constexpr int TB = SLF;                              // T' hi, lo [64][CP] u16
     static constexpr int AFTER = SLF + imax(imax(3 * 64 * DSP * 4, 64 * 65 * 4), 2 * 64 * CP * 2);
@@ -333,7 +391,9 @@ struct Lay<true, DIRECT> {
     static constexpr int VNT = SB + KD * VP * 2;                //                   V_new  [64][VP]
     static constexpr int TOTAL = DIRECT ? END : imax(END, VNT + 64 * VP * 2);
     static_assert(TOTAL <= 232448, "shared memory of the kda intra stage");
-    static_assert(TMP + 3 * 16 * 17 * 4 <= SLF, "T and the merge scratch fit over Γ");
+    static_assert(TMP + MSB <= SLF, "T and the merge scratch fit over Γ");
+    static constexpr int USG = XT;  // (as in the primary template)
+    static constexpr bool USTAGE = DIRECT && VBT == XT + 64 * KP * 2 && KP + VP >= 2 * VD;
 };
 
 // Workspace block of one (chunk row, value head), written by the intra kernel. The first part
@@ -367,6 +427,13 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     typedef Lay<KDA, DIRECT> LY;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int h = hv / p.group;
+#if PROBE & 256
+    long long tlc[9];
+    tlc[0] = clock64();
+#define TLM(k) (tlc[k] = clock64())
+#else
+#define TLM(k) ((void)0)
+#endif
     u16* Ks = (u16*)(sm + LY::WM);
     u16* Qs = (u16*)(sm + LY::QD);
     u16* Kd = (u16*)(sm + LY::KDT);
@@ -385,15 +452,24 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     u16* Tbh = (u16*)(sm + LY::TB);
     u16* Tbl = Tbh + 64 * CP;
 
-    // 1a. q and k rows (L2 norm in f32, then rounded to the mma type); warp w owns rows w + 8r.
-    //     Every load of the warp is issued before the first use (rows past L re-read row L - 1
-    //     and are zeroed by selection).
+    // 1a. β and gdn's gate loads are issued first (their latency overlaps the q, k loads); q and
+    //     k rows (L2 norm in f32, then rounded to the mma type); warp w owns rows w + 8r. Every
+    //     load of the warp is issued before the first use, all rows in one pass (LDP = 1; two
+    //     passes, each exposing the load latency, measured slower in session 5) (rows past L
+    //     re-read row L - 1 and are zeroed by selection).
+    float braw = 0.0f, graw = 0.0f;
+    if (tid < CH) {
+        const int ii = imin(tid, L - 1);
+        braw = ld_f(p.beta, (i64)(t0 + ii) * p.HV + hv, p.beta_dt);
+        if (!KDA) graw = ld_f(p.g, (i64)(t0 + ii) * p.HV + hv, p.g_dt);
+    }
+    constexpr int LDP = 1;  // load passes
     with_dt(p.qkv_dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
         // (lane l holds elements E l .. E l + E - 1 of its row: one vector load per row)
-        constexpr int RPW = CH / (NTH / 32) / 2, E = KD / 32;
+        constexpr int RPW = CH / (NTH / 32) / LDP, E = KD / 32;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
+        for (int half = 0; half < LDP; ++half) {
             float qv[RPW][E], kv[RPW][E];
 #pragma unroll
             for (int r = 0; r < RPW; ++r) {
@@ -432,12 +508,9 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             }
         }
     });
-    // 1b. log decays and beta (zero past the chunk's length); loads first, then the transforms.
+    // 1b. log decays and beta (zero past the chunk's length).
     if (tid < CH) {
-        const int i = tid, ii = imin(i, L - 1);
-        const float braw = ld_f(p.beta, (i64)(t0 + ii) * p.HV + hv, p.beta_dt);
-        float graw = 0.0f;
-        if (!KDA) graw = ld_f(p.g, (i64)(t0 + ii) * p.HV + hv, p.g_dt);
+        const int i = tid;
         const float bias = KDA ? 0.0f : gate_bias(p, hv);
         const float a = gate_a(p, hv);
         Bs[i] = i < L ? beta_value(p, braw) : 0.0f;
@@ -446,10 +519,10 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     if (KDA) {
         with_dt(p.g_dt, [&](auto D) {
             constexpr int DT = decltype(D)::value;
-            constexpr int M = CH * KD / NTH / 8;  // groups of 4 consecutive channels per thread and half
+            constexpr int M = CH * KD / NTH / 4 / LDP;  // groups of 4 consecutive channels per thread and pass
             const float a = gate_a(p, hv);
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
+            for (int half = 0; half < LDP; ++half) {
                 float x[M][4], b[M][4];
 #pragma unroll
                 for (int m = 0; m < M; ++m) {
@@ -470,6 +543,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         });
     }
     __syncthreads();
+    TLM(1);
     // 1c. Γ = inclusive cumsum over the chunk (f32).
     if (!KDA) {
         if (warp == 0) {
@@ -500,6 +574,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             for (int i = sg * SLEN; i < (sg + 1) * SLEN; ++i) G[i * KD + d] += off;
         __syncthreads();
     }
+    TLM(2);
 
     // 2. A (f32, strictly lower, β_i folded) and P (lower incl. diagonal, scale folded).
     if constexpr (!KDA) {
@@ -536,11 +611,12 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         // stored in the mma type). Diagonal 16x16 blocks stay elementwise in f32 (exponent
         // Γ_i - Γ_j, j <= i). The channels are walked in 16-channel slices (one mma k step): all
         // threads build the slice's operands, then warps 0 and 4 take the 16 diagonal 4x4 tiles
-        // (10 exponentials per channel), warps 1-3 the 24 other 4x4 tiles inside the diagonal
-        // blocks (16 each), four lanes per tile (channels p, p + 4, ...; lanes 4t..4t+3, reduced
-        // by shuffles), and warps 5-7 two off-diagonal blocks each (both n halves, A and P). (Warp
-        // w issues on SM sub-partition w % 4: the exponentials per slice are 80 on sub-partition
-        // 0 and 64 on 1-3; warps 0-1 / 2-4 would put 104 on one.)
+        // (6 exponentials per channel: none on the diagonal), warps 1-3 the 24 other 4x4 tiles
+        // inside the diagonal blocks (7 each, through the tile's first row as the reference
+        // point, like the tensor-core blocks), four lanes per tile (channels p, p + 4, ...; lanes
+        // 4t..4t+3, reduced by shuffles), and warps 5-7 two off-diagonal blocks each (both n
+        // halves, A and P). (Warp w issues on SM sub-partition w % 4: the exponentials per slice
+        // and lane are 48 on sub-partition 0 and 28 on 1-3; before session 5: 80 and 64.)
         constexpr int DS = LY::DS, SP = LY::DSP, TS = LY::TSP;
         constexpr float LOG2E = 1.4426950408889634f;
         float* KRs = (float*)(sm + LY::SLF);
@@ -627,7 +703,8 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                     for (int x = 0; x < 4; ++x)
 #pragma unroll
                         for (int y = 0; y <= x; ++y) {
-                            const float kje = kv[y] * fexp2(gv[x] - gv[y]);
+                            // (the diagonal needs no exponential: 6 a channel, not 10)
+                            const float kje = y == x ? kv[y] : kv[y] * fexp2(gv[x] - gv[y]);
                             a[x][y] += kv[x] * kje;
                             pq[x][y] += qv[x] * kje;
                         }
@@ -645,13 +722,27 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                         kj[x] = KRs[(4 * jb + x) * SP + dd];
                         gj[x] = GSs[(4 * jb + x) * SP + dd];
                     }
+                    // through the reference row m = 4 ib (the first row of the tile):
+                    // e^{Γ_i - Γ_j} = e^{Γ_i - Γ_m} e^{Γ_m - Γ_j}, both exponents <= 0 (rows j
+                    // precede m): 7 exponentials a channel instead of 16 (session 5: these
+                    // warps' exponentials were step 2's critical path)
+                    float kx[4], qx[4], ky[4];
+                    kx[0] = ki[0];
+                    qx[0] = qi[0];
+#pragma unroll
+                    for (int x = 1; x < 4; ++x) {
+                        const float e = fexp2(gi[x] - gi[0]);
+                        kx[x] = ki[x] * e;
+                        qx[x] = qi[x] * e;
+                    }
+#pragma unroll
+                    for (int y = 0; y < 4; ++y) ky[y] = kj[y] * fexp2(gi[0] - gj[y]);
 #pragma unroll
                     for (int x = 0; x < 4; ++x)
 #pragma unroll
                         for (int y = 0; y < 4; ++y) {
-                            const float kje = kj[y] * fexp2(gi[x] - gj[y]);
-                            a[x][y] += ki[x] * kje;
-                            pq[x][y] += qi[x] * kje;
+                            a[x][y] += kx[x] * ky[y];
+                            pq[x][y] += qx[x] * ky[y];
                         }
                 }
             } else {
@@ -749,22 +840,35 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         u16* Qo = DIRECT ? (u16*)(wdst + WLay::Q) : Qs;
         u16* Ko = DIRECT ? (u16*)(wdst + WLay::KT) : Kd;
         constexpr int QST = KP;  // (the workspace rows are padded like shared ones)
-        for (int u = tid; u < CH * KD / 2; u += NTH) {
-            const int i = u / (KD / 2), d = 2 * (u % (KD / 2));
-            const u32 kk = *(const u32*)(Ks + i * KP + d);
-            const u32 qq = *(const u32*)(Qs + i * KP + d);
-            const float2 g = *(const float2*)(G + i * KD + d);
-            const float2 gl = *(const float2*)(G + 63 * KD + d);
-            const float k0 = from_mma((u16)(kk & 0xffffu)), k1 = from_mma((u16)(kk >> 16));
-            const float q0 = from_mma((u16)(qq & 0xffffu)), q1 = from_mma((u16)(qq >> 16));
-            const float e0 = fexp(g.x), e1 = fexp(g.y);
-            *(u32*)(Xo + i * KP + d) = pack_mma(k0 * e0, k1 * e1);
-            *(u32*)(Qo + i * QST + d) = pack_mma(p.scale * q0 * e0, p.scale * q1 * e1);
-            *(u32*)(Ko + i * QST + d) = pack_mma(k0 * fexp(gl.x - g.x), k1 * fexp(gl.y - g.y));
+        // (8 channels a thread: 16-byte loads and stores, a quarter of the store instructions of
+        // the pairwise form; the same products in the same order)
+        for (int u = tid; u < CH * KD / 8; u += NTH) {
+            const int i = u / (KD / 8), d = 8 * (u % (KD / 8));
+            const uint4 kw = *(const uint4*)(Ks + i * KP + d);
+            const uint4 qw = *(const uint4*)(Qs + i * KP + d);
+            const u32 kk[4] = {kw.x, kw.y, kw.z, kw.w}, qq[4] = {qw.x, qw.y, qw.z, qw.w};
+            const float4 ga = *(const float4*)(G + i * KD + d), gb = *(const float4*)(G + i * KD + d + 4);
+            const float4 la = *(const float4*)(G + 63 * KD + d), lb = *(const float4*)(G + 63 * KD + d + 4);
+            const float g[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+            const float gl[8] = {la.x, la.y, la.z, la.w, lb.x, lb.y, lb.z, lb.w};
+            u32 xo[4], qo[4], ko[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float k0 = from_mma((u16)(kk[j] & 0xffffu)), k1 = from_mma((u16)(kk[j] >> 16));
+                const float q0 = from_mma((u16)(qq[j] & 0xffffu)), q1 = from_mma((u16)(qq[j] >> 16));
+                const float e0 = fexp(g[2 * j]), e1 = fexp(g[2 * j + 1]);
+                xo[j] = pack_mma(k0 * e0, k1 * e1);
+                qo[j] = pack_mma(p.scale * q0 * e0, p.scale * q1 * e1);
+                ko[j] = pack_mma(k0 * fexp(gl[2 * j] - g[2 * j]), k1 * fexp(gl[2 * j + 1] - g[2 * j + 1]));
+            }
+            *(uint4*)(Xo + i * KP + d) = make_uint4(xo[0], xo[1], xo[2], xo[3]);
+            *(uint4*)(Qo + i * QST + d) = make_uint4(qo[0], qo[1], qo[2], qo[3]);
+            *(uint4*)(Ko + i * QST + d) = make_uint4(ko[0], ko[1], ko[2], ko[3]);
         }
         if (tid < KD) GLs[tid] = fexp(G[63 * KD + tid]);
     }
     __syncthreads();
+    TLM(3);
 
     // 3. T = (I + A)^-1 in f32: diagonal 16x16 blocks by forward substitution (warp r, lane =
     //    column), then T_rc = -T_rr · Σ_{c<=m<r} A_rm T_mc by block distance.
@@ -782,6 +886,68 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         for (int i = 0; i < 16; ++i) Tf[(16 * r + i) * 65 + 16 * r + l] = col[i];
     }
     __syncthreads();
+    TLM(4);
+#if !(PROBE & 512)
+    // Off-diagonal blocks by doubling, on tensor cores: inv([[A, 0], [C, D]]) = [[A⁻¹, 0],
+    // [-D⁻¹ C A⁻¹, D⁻¹]], first for the 16-row pairs (blocks (1,0), (3,2)), then for the 32-row
+    // halves (blocks (2,0), (2,1), (3,0), (3,1)): four products, four barriers. Operands are the
+    // f32 A and T in shared memory, split into bf16 hi + lo (mma_f32x3: ~2^-16 relative, the
+    // precision of the hi + lo T' that W and U are built from). (The f32 CUDA-core merge by block
+    // distance, six barriers, is PROBE bit 512: session 5 measured it at ~3,800 cycles a chunk.)
+    if (!(PROBE & 8)) {
+        float* Ms = (float*)(sm + LY::TMP);
+        const int g = lane >> 2, q2 = 2 * (lane & 3);
+        if (warp < 4) {  // X_b = A_{2b+1, 2b} T_{2b, 2b} (16 x 16), warp: b = warp / 2, 8 columns
+            const int b = warp >> 1, n0 = 8 * (warp & 1), r0 = 32 * b + 16, c0 = 32 * b;
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_f32x3(acc, Af + r0 * 65 + c0, 65, Tf + c0 * 65 + c0 + n0, 65, lane);
+            float* x = Ms + b * 16 * 17 + n0;
+            x[g * 17 + q2] = acc[0];
+            x[g * 17 + q2 + 1] = acc[1];
+            x[(g + 8) * 17 + q2] = acc[2];
+            x[(g + 8) * 17 + q2 + 1] = acc[3];
+        }
+        __syncthreads();
+        if (warp < 4) {  // T_{2b+1, 2b} = -T_{2b+1, 2b+1} X_b
+            const int b = warp >> 1, n0 = 8 * (warp & 1), r0 = 32 * b + 16, c0 = 32 * b;
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_f32x3(acc, Tf + r0 * 65 + r0, 65, Ms + b * 16 * 17 + n0, 17, lane);
+            float* t = Tf + r0 * 65 + c0 + n0;
+            t[g * 65 + q2] = -acc[0];
+            t[g * 65 + q2 + 1] = -acc[1];
+            t[(g + 8) * 65 + q2] = -acc[2];
+            t[(g + 8) * 65 + q2 + 1] = -acc[3];
+        }
+        __syncthreads();
+        // 32-row halves: warp = (16-row tile mt, 8-column tile nt) of the 32 x 32 result; T's
+        // upper block (0, 1) / (2, 3) is zero and not stored: its k step is skipped
+        const int mt = warp >> 2, nt = warp & 3;
+        {  // X = A[32:64, 0:32] T[0:32, 0:32]
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks)
+                if (ks >= (nt >> 1)) mma_f32x3(acc, Af + (32 + 16 * mt) * 65 + 16 * ks, 65, Tf + 16 * ks * 65 + 8 * nt, 65, lane);
+            float* x = Ms + 16 * mt * 33 + 8 * nt;
+            x[g * 33 + q2] = acc[0];
+            x[g * 33 + q2 + 1] = acc[1];
+            x[(g + 8) * 33 + q2] = acc[2];
+            x[(g + 8) * 33 + q2 + 1] = acc[3];
+        }
+        __syncthreads();
+        {  // T[32:64, 0:32] = -T[32:64, 32:64] X
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks)
+                if (ks <= mt) mma_f32x3(acc, Tf + (32 + 16 * mt) * 65 + 32 + 16 * ks, 65, Ms + 16 * ks * 33 + 8 * nt, 33, lane);
+            float* t = Tf + (32 + 16 * mt) * 65 + 8 * nt;
+            t[g * 65 + q2] = -acc[0];
+            t[g * 65 + q2 + 1] = -acc[1];
+            t[(g + 8) * 65 + q2] = -acc[2];
+            t[(g + 8) * 65 + q2 + 1] = -acc[3];
+        }
+        __syncthreads();
+    }
+#else
     // (each thread 2x2 outputs, rows i, i + 8 and columns j, j + 8 of a 16x16 block: half the
     // shared loads per FMA, the same summation order per output as one output a thread)
     for (int dist = 1; dist < ((PROBE & 8) ? 1 : 4); ++dist) {
@@ -832,20 +998,25 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         }
         __syncthreads();
     }
+#endif
+    TLM(5);
     // gdn: the per-row factors of step 4, e^Γ_i and e^{Γlast - Γ_i} (Tmp is free after the merges).
     if (!KDA && tid < CH) {
         Tmp[tid] = fexp(G[tid]);
         Tmp[CH + tid] = fexp(G[63] - G[tid]);
     }
     // T' = T diag(β), split into hi + lo in the mma type (upper blocks are zero).
-    for (int idx = tid; idx < CH * CH; idx += NTH) {
-        const int i = idx >> 6, j = idx & 63;
-        const float t = (j >> 4) <= (i >> 4) ? Tf[i * 65 + j] * Bs[j] : 0.0f;
-        const u16 hi = to_mma(t);
-        Tbh[i * CP + j] = hi;
-        Tbl[i * CP + j] = to_mma(t - from_mma(hi));
+    // (column pairs: 4-byte stores, half the store instructions)
+    for (int idx = tid; idx < CH * CH / 2; idx += NTH) {
+        const int i = idx >> 5, j = 2 * (idx & 31);
+        const bool in = (j >> 4) <= (i >> 4);  // (j, j + 1 in the same 16-column block)
+        const float t0 = in ? Tf[i * 65 + j] * Bs[j] : 0.0f, t1 = in ? Tf[i * 65 + j + 1] * Bs[j + 1] : 0.0f;
+        const u32 hi = pack_mma(t0, t1);
+        *(u32*)(Tbh + i * CP + j) = hi;
+        *(u32*)(Tbl + i * CP + j) = pack_mma(t0 - from_mma((u16)(hi & 0xffffu)), t1 - from_mma((u16)(hi >> 16)));
     }
     __syncthreads();
+    TLM(6);
 
     // 4. X = K ⊙ e^Γ, V, q̃ = scale Q ⊙ e^Γ (in place), k̃ = K ⊙ e^{Γlast - Γ}, e^Γlast; all
     //    token-major [64][*] like Ks (consecutive threads walk a row: no bank conflicts; the
@@ -866,20 +1037,18 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                 return pack_mma(from_mma((u16)(w & 0xffffu)) * e, from_mma((u16)(w >> 16)) * e);
             };
             *(uint4*)(Xs + i * KP + d) = make_uint4(kx2(kw.x, e1), kx2(kw.y, e1), kx2(kw.z, e1), kx2(kw.w, e1));
-            // (DIRECT: q̃ and k̃ go straight to the workspace, whose rows are padded like these)
-            u16* Ko = DIRECT ? (u16*)(wdst + WLay::KT) : Kd;
-            u16* Qo = DIRECT ? (u16*)(wdst + WLay::Q) : Qs;
-            *(uint4*)(Ko + i * KP + d) = make_uint4(kx2(kw.x, e2), kx2(kw.y, e2), kx2(kw.z, e2), kx2(kw.w, e2));
-            *(uint4*)(Qo + i * KP + d) =
+            // (DIRECT too: W, q̃ and k̃ leave together with one bulk copy at the end)
+            *(uint4*)(Kd + i * KP + d) = make_uint4(kx2(kw.x, e2), kx2(kw.y, e2), kx2(kw.z, e2), kx2(kw.w, e2));
+            *(uint4*)(Qs + i * KP + d) =
                 make_uint4(sc2(qw.x, p.scale, e1), sc2(qw.y, p.scale, e1), sc2(qw.z, p.scale, e1), sc2(qw.w, p.scale, e1));
         }
         if (tid < KD) GLs[tid] = fexp(G[63]);
     }
     with_dt(p.qkv_dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
-        constexpr int M = CH * VD / NTH / 8;  // groups of 4 consecutive elements per thread and half
+        constexpr int M = CH * VD / NTH / 4 / LDP;  // groups of 4 consecutive elements per thread and pass
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
+        for (int half = 0; half < LDP; ++half) {
             float x[M][4];
 #pragma unroll
             for (int m = 0; m < M; ++m) {
@@ -897,6 +1066,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         }
     });
     __syncthreads();
+    TLM(7);
 
     // 5. W = T' (K ⊙ e^Γ) into the Ks slot, U = T' V (f32).
     {
@@ -923,14 +1093,16 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbh, CP, Vb, VP, warp, lane);
             mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbl, CP, Vb, VP, warp, lane);
         }
+        if constexpr (LY::USTAGE) __syncthreads();  // (the staging area is X and V)
 #pragma unroll
         for (int i = 0; i < TU::PER; ++i) {
             int r, c;
             tile_rc<CH, VD, NTH / 32>(warp, lane, i, r, c);
             if (DIRECT) {
                 // tokens (t, t + 1) are adjacent in the Uᵀ fragment order: lanes of rows g and
-                // g + 1 (lane ^ 4) swap one value each, then each stores two 8-byte pairs
-                float* U = (float*)(wdst + WLay::U);
+                // g + 1 (lane ^ 4) swap one value each, then each stores two 8-byte pairs (to the
+                // staging area, or straight to the workspace)
+                float* U = LY::USTAGE ? (float*)(sm + LY::USG) : (float*)(wdst + WLay::U);
                 const bool ev = ((lane >> 2) & 1) == 0;  // (r even)
                 const float x0 = __shfl_xor_sync(0xffffffffu, ev ? acc[i][1] : acc[i][0], 4);
                 const float x1 = __shfl_xor_sync(0xffffffffu, ev ? acc[i][3] : acc[i][2], 4);
@@ -947,6 +1119,37 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             }
         }
     }
+    // DIRECT: the block leaves by bulk copies (asynchronous: the threads do not wait on global
+    // stores; the issuing thread waits until they have read shared memory). (A persistent CTA
+    // whose next chunk's loads overlapped that wait was measured in session 5: gdn no faster,
+    // kda 8 % slower: the loop made the kda intra spill.) W (gdn: W, q̃,
+    // k̃, adjacent here as in WLay), e^Γlast, the staged Uᵀ. (kda's q̃, k̃ and both ops' P went to
+    // the workspace where they were made.)
+    if constexpr (DIRECT) {
+        fence_proxy_async();
+        __syncthreads();
+        if (tid == 0 && !(PROBE & 128)) {
+            static_assert(LY::QD == LY::WM + 64 * KP * 2 && LY::KDT == LY::QD + 64 * KP * 2, "W, q̃, k̃ adjacent");
+            static_assert(WLay::Q == WLay::W + 64 * KP * 2 && WLay::KT == WLay::Q + 64 * KP * 2, "as in WLay");
+            bulk_s2g(wdst + WLay::W, sm + LY::WM, (KDA ? 1 : 3) * 64 * KP * 2);
+            bulk_s2g(wdst + WLay::GL, sm + LY::GL, KD * 4);
+            if (LY::USTAGE) bulk_s2g(wdst + WLay::U, sm + LY::USG, 64 * VD * 4);
+            bulk_commit();
+            bulk_wait_read();  // (the CTA's shared memory must outlive the reads)
+        }
+    }
+#if PROBE & 256
+    // timeline probe: phase lengths (cycles, barrier to barrier) of a few sampled chunks
+    __syncthreads();
+    TLM(8);
+    if (tid == 0 && (blockIdx.x + 7 * blockIdx.y) % 61 == 5 && (t0 / CH) % 16 == 1)
+        printf("TL kda=%d direct=%d blk=%d,%d t0=%d: load %lld cumsum %lld AP %lld diag %lld merge %lld "
+               "tprime %lld step4 %lld step5 %lld total %lld\n",
+               (int)KDA, (int)DIRECT, (int)blockIdx.x, (int)blockIdx.y, t0, tlc[1] - tlc[0], tlc[2] - tlc[1],
+               tlc[3] - tlc[2], tlc[4] - tlc[3], tlc[5] - tlc[4], tlc[6] - tlc[5], tlc[7] - tlc[6],
+               tlc[8] - tlc[7], tlc[8] - tlc[0]);
+#endif
+#undef TLM
 }
 
 // --------------------------------------------------------------------------------- state pass
@@ -1098,15 +1301,31 @@ __device__ void chunked_fused(const Params& p) {
     typedef Tiles<KD, VD, NTH / 32> TS;
     const int hv = blockIdx.x, n = blockIdx.y;
     float accS[TS::PER][4];
-    load_state<VD, NTH / 32>(p, accS, p.state_in, p.s_in_dt,
-                             initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, 0);
+    // The initial state is prefetched into L2 here and loaded into registers after the first
+    // chunk's intra stage. (Loaded here, its registers, live across the intra stage and partly
+    // spilled, made the CTA wait for all of it: session 5 measured ~8,000 cycles, a fifth of a
+    // one-chunk CTA.)
+    const i64 slot0 = initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv;
+    if (threadIdx.x == 0 && p.state_in != nullptr && slot0 >= 0) {
+        const int es = p.s_in_dt == DT_F32 ? 4 : 2;
+        const char* a = (const char*)p.state_in + slot0 * KD * VD * es;
+        if (((unsigned long long)a & 15) == 0) prefetch_l2(a, (u32)(KD * VD * es));  // (bulk: 16-B aligned)
+    }
     const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
     const int len = (int)(eos - bos);
+#if PROBE & 256
+    long long c_intra = 0, c_state = 0, c0 = clock64();
+#endif
     for (int c = 0; c * CH < len; ++c) {
         const int t0 = (int)bos + c * CH;
         const int L = imin(CH, len - c * CH);
         intra_chunk<KDA>(p, sm, t0, L, hv);
         __syncthreads();
+#if PROBE & 256
+        const long long c1 = clock64();
+        c_intra += c1 - c0;
+#endif
+        if (c == 0) load_state<VD, NTH / 32>(p, accS, p.state_in, p.s_in_dt, slot0, 0);
         write_sb<VD, NTH / 32>(accS, (u16*)(sm + LY::SB));
         __syncthreads();
         state_chunk<VD, NTH / 32>(p, accS, (const u16*)(sm + LY::WM), (const u16*)(sm + LY::QD),
@@ -1115,35 +1334,36 @@ __device__ void chunked_fused(const Params& p) {
                                   (const float*)(sm + LY::GL), (const u16*)(sm + LY::SB),
                                   (u16*)(sm + LY::VNT), t0, L, hv, 0);
         __syncthreads();
+#if PROBE & 256
+        c0 = clock64();
+        c_state += c0 - c1;
+#endif
         if (L == CH) maybe_checkpoint<VD, NTH / 32>(p, accS, n, hv, (i64)(c + 1) * CH, 0);
     }
+    if (len == 0) load_state<VD, NTH / 32>(p, accS, p.state_in, p.s_in_dt, slot0, 0);  // (passes through)
+#if PROBE & 256
+    if (threadIdx.x == 0 && (blockIdx.x + 7 * blockIdx.y) % 61 == 5)
+        printf("TLF blk=%d,%d len=%d: intra %lld state %lld cycles\n", (int)blockIdx.x, (int)blockIdx.y, len,
+               c_intra, c_state);
+#endif
     const i64 row = final_row(p, n);
     if (row >= 0) store_state<VD, NTH / 32>(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, 0);
 }
 
 // ------------------------------------------------------------------------------ small-bh
-// Intra kernel: grid (table_rows, HV), NTH threads, dynamic shared memory Lay<KDA>::TOTAL.
+// Intra kernel: grid (table_rows, HV), NTH threads, dynamic shared memory Lay<KDA, true>::TOTAL.
 // Row r of the chunk table (sentinel rows skipped) -> workspace block (r, hv) in WLay layout.
 template <bool KDA>
 __device__ void smallbh_intra(const Params& p) {
     extern __shared__ __align__(16) char sm[];
-    typedef Lay<KDA, true> LY;
-    const int row = blockIdx.x, hv = blockIdx.y, tid = threadIdx.x;
+    const int row = blockIdx.x, hv = blockIdx.y;
     const int n = p.chunk_table[2 * row], c = p.chunk_table[2 * row + 1];
     if (n < 0) return;
     const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
     const int t0 = (int)bos + c * CH;
     const int L = imin(CH, (int)(eos - t0));
     char* dst = (char*)p.work + ((i64)row * p.HV + hv) * WLay::BLOCK;
-    intra_chunk<KDA, true>(p, sm, t0, L, hv, dst);
-    __syncthreads();
-    for (int u = tid; u < ((PROBE & 128) ? 0 : 64 * (KD / 8)); u += NTH) {
-        const int r = u / (KD / 8), q = u % (KD / 8);
-        // (q̃ and k̃ went to the workspace where they were made: kda step 2, gdn step 4)
-        *(uint4*)(dst + WLay::W + r * KP * 2 + q * 16) = *(const uint4*)(sm + LY::WM + r * KP * 2 + q * 16);
-    }
-    for (int u = tid; u < KD / 4; u += NTH)
-        *(uint4*)(dst + WLay::GL + u * 16) = *(const uint4*)(sm + LY::GL + u * 16);
+    intra_chunk<KDA, true>(p, sm, t0, L, hv, dst);  // (writes the whole block)
 }
 
 // ------------------------------------------------------------------- small-bh state pass (v7)
