@@ -1065,7 +1065,16 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             }
         }
     });
+    if constexpr (DIRECT && !KDA) fence_proxy_async();
     __syncthreads();
+    // gdn DIRECT: q̃ and k̃ are final; they leave now and drain during step 5
+    if constexpr (DIRECT && !KDA) {
+        static_assert(LY::KDT == LY::QD + 64 * KP * 2 && WLay::KT == WLay::Q + 64 * KP * 2, "q̃, k̃ adjacent");
+        if (tid == 0 && !(PROBE & 128)) {
+            bulk_s2g(wdst + WLay::Q, sm + LY::QD, 2 * 64 * KP * 2);
+            bulk_commit();
+        }
+    }
     TLM(7);
 
     // 5. W = T' (K ⊙ e^Γ) into the Ks slot, U = T' V (f32).
@@ -1093,7 +1102,16 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbh, CP, Vb, VP, warp, lane);
             mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbl, CP, Vb, VP, warp, lane);
         }
-        if constexpr (LY::USTAGE) __syncthreads();  // (the staging area is X and V)
+        if constexpr (DIRECT) {
+            // W and e^Γlast are final: they leave now (and the staging area, X and V, is free)
+            fence_proxy_async();
+            __syncthreads();
+            if (tid == 0 && !(PROBE & 128)) {
+                bulk_s2g(wdst + WLay::W, sm + LY::WM, 64 * KP * 2);
+                bulk_s2g(wdst + WLay::GL, sm + LY::GL, KD * 4);
+                bulk_commit();
+            }
+        }
 #pragma unroll
         for (int i = 0; i < TU::PER; ++i) {
             int r, c;
@@ -1119,21 +1137,17 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             }
         }
     }
-    // DIRECT: the block leaves by bulk copies (asynchronous: the threads do not wait on global
-    // stores; the issuing thread waits until they have read shared memory). (A persistent CTA
-    // whose next chunk's loads overlapped that wait was measured in session 5: gdn no faster,
-    // kda 8 % slower: the loop made the kda intra spill.) W (gdn: W, q̃,
-    // k̃, adjacent here as in WLay), e^Γlast, the staged Uᵀ. (kda's q̃, k̃ and both ops' P went to
-    // the workspace where they were made.)
+    // DIRECT: the block leaves by bulk copies as its parts become final (asynchronous: the
+    // threads do not wait on global stores; the issuing thread waits at the end until every copy
+    // has read shared memory): gdn's q̃ and k̃ after step 4, W and e^Γlast after W's product, the
+    // staged Uᵀ here. (kda's q̃, k̃ and both ops' P went to the workspace where they were made.)
+    // (A persistent CTA whose next chunk's loads overlapped the final wait was measured in
+    // session 5: gdn 2 % faster, kda 8 % slower: the loop made the kda intra spill.)
     if constexpr (DIRECT) {
         fence_proxy_async();
         __syncthreads();
-        if (tid == 0 && !(PROBE & 128)) {
-            static_assert(LY::QD == LY::WM + 64 * KP * 2 && LY::KDT == LY::QD + 64 * KP * 2, "W, q̃, k̃ adjacent");
-            static_assert(WLay::Q == WLay::W + 64 * KP * 2 && WLay::KT == WLay::Q + 64 * KP * 2, "as in WLay");
-            bulk_s2g(wdst + WLay::W, sm + LY::WM, (KDA ? 1 : 3) * 64 * KP * 2);
-            bulk_s2g(wdst + WLay::GL, sm + LY::GL, KD * 4);
-            if (LY::USTAGE) bulk_s2g(wdst + WLay::U, sm + LY::USG, 64 * VD * 4);
+        if (tid == 0) {
+            if (LY::USTAGE && !(PROBE & 128)) bulk_s2g(wdst + WLay::U, sm + LY::USG, 64 * VD * 4);
             bulk_commit();
             bulk_wait_read();  // (the CTA's shared memory must outlive the reads)
         }
