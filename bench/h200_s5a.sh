@@ -5,21 +5,14 @@
 # intra kernel's time. Carry: .dev/pack
 set -uo pipefail
 source bench/h200_env.sh
-B=.dev/bin/deltarule
-timeout 120 .dev/bin/cuda_device --test-threads=1 --nocapture > "$OUT/dev.log" 2>&1; echo "device tests rc=$?"
-grep -E " ran, |panicked|FAIL" "$OUT/dev.log" | head -12
-timeout 60 .dev/bin/conformance --test-threads=1 --nocapture cuda:: > "$OUT/conf.log" 2>&1; echo "conformance cuda:: rc=$?"
-grep -E " ran, " "$OUT/conf.log"
-for b in cuda cuda:small-bh cuda:chunked; do timeout 40 $B diff --case tests/golden/shared/*.safetensors --backend $b > "$OUT/diff_${b/:/_}.log" 2>&1; echo "diff $b rc=$? $(tail -1 "$OUT/diff_${b/:/_}.log")"; done
+source bench/h200_lib.sh
+cuda_checks 0
 echo "-- auto"
-timeout 90 $B bench --backend cuda --shape gdn-16/32-1x8192 gdn-4/8-1x8192 kda-32/32-1x8192 kda-64/64-1x8192 --iters 30 2>&1 | grep -v '^\s*$' | grep -v generating | tail -5
+bench_rows --backend cuda --shape gdn-16/32-1x8192 gdn-4/8-1x8192 kda-32/32-1x8192 kda-64/64-1x8192 --iters 30 | tail -5
 echo "-- many pairs: chunked vs small-bh"
-timeout 90 $B bench --backend cuda:chunked cuda:small-bh --shape gdn-16/32-16x1024 gdn-16/32-256x64 --iters 30 2>&1 | grep -v '^\s*$' | grep -v generating | tail -5
+bench_rows --backend cuda:chunked cuda:small-bh --shape gdn-16/32-16x1024 gdn-16/32-256x64 --iters 30 | tail -5
 echo "-- timeline probe (cycles per phase, mean over sampled chunks)"
-for spec in "cuda:small-bh gdn-16/32-1x8192" "cuda:small-bh kda-32/32-1x8192" "cuda:chunked gdn-16/32-256x64" "cuda:chunked gdn-16/32-16x1024"; do
-  set -- $spec
-  DELTARULE_CUDA_PROBE=256 timeout 60 $B bench --backend $1 --shape $2 --warmup 2 --iters 3 --rotate-mib 1 > "$OUT/tl_${2//\//_}_${1/:/_}.log" 2>&1
-  echo "$1 $2 rc=$?"
-  grep '^TL ' "$OUT/tl_${2//\//_}_${1/:/_}.log" | tail -n 40 | awk '{for(i=1;i<=NF;i++) if($i ~ /^(load|cumsum|AP|diag|merge|tprime|step4|step5|total)$/){s[$i]+=$(i+1); if(n0[$i]++==0) o[++k]=$i}} END{for(j=1;j<=k;j++) printf "%s %.0f  ", o[j], s[o[j]]/n0[o[j]]; print ""}'
-  grep '^TLF ' "$OUT/tl_${2//\//_}_${1/:/_}.log" | tail -n 40 | awk '{a+=$(NF-3); b+=$(NF-1); n++} END{if(n) printf "fused: intra %.0f state %.0f cycles per CTA (n=%d)\n", a/n, b/n, n}'
-done
+tl_probe cuda:small-bh gdn-16/32-1x8192
+tl_probe cuda:small-bh kda-32/32-1x8192
+tl_probe cuda:chunked gdn-16/32-256x64
+tl_probe cuda:chunked gdn-16/32-16x1024

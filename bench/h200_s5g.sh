@@ -4,13 +4,10 @@
 # tests, golden diffs, memcheck subset), times, gdn timeline. Carry: .dev/pack
 set -uo pipefail
 source bench/h200_env.sh
-B=.dev/bin/deltarule
+source bench/h200_lib.sh
 timeout 100 .dev/bin/cuda_device --test-threads=1 --nocapture small_bh > "$OUT/dev.log" 2>&1; echo "small-bh device tests rc=$?"
 grep -E " ran, |panicked|FAIL" "$OUT/dev.log" | head -6
 timeout 40 $B diff --case tests/golden/shared/*.safetensors --backend cuda:small-bh > "$OUT/diff.log" 2>&1; echo "diff cuda:small-bh rc=$? $(tail -1 "$OUT/diff.log")"
 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 .dev/bin/cuda_device --test-threads=1 sanitizer_subset > "$OUT/memcheck.log" 2>&1; echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
-timeout 90 $B bench --backend cuda --shape gdn-16/32-1x8192 gdn-4/8-1x8192 kda-32/32-1x8192 kda-64/64-1x8192 gdn-16/32-1x32768 --iters 30 2>&1 | grep -v '^\s*$' | grep -v generating | tail -6
-f="$OUT/tl.log"
-DELTARULE_CUDA_PROBE=256 timeout 60 $B bench --backend cuda:small-bh --shape gdn-16/32-1x8192 --warmup 2 --iters 3 --rotate-mib 1 > "$f" 2>&1
-grep '^TL ' "$f" | tail -n 40 | awk '{for(i=1;i<=NF;i++) if($i ~ /^(load|cumsum|AP|diag|merge|tprime|step4|step5|total)$/){s[$i]+=$(i+1); if(n0[$i]++==0) o[++k]=$i}} END{for(j=1;j<=k;j++) printf "%s %.0f  ", o[j], s[o[j]]/n0[o[j]]; print ""}'
-rm -f "$f"
+bench_rows --backend cuda --shape gdn-16/32-1x8192 gdn-4/8-1x8192 kda-32/32-1x8192 kda-64/64-1x8192 gdn-16/32-1x32768 --iters 30 | tail -6
+tl_probe cuda:small-bh gdn-16/32-1x8192

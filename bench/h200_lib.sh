@@ -1,0 +1,49 @@
+# bench/h200_lib.sh: helpers sourced by the session-5 device scripts (bench/h200_s5*.sh), after
+# bench/h200_env.sh (which sets OUT and unpacks .dev/pack). B is the deltarule binary.
+# (s5a-s5h ran with these commands inline; they were moved here after the session's device calls,
+# unchanged, so the next scripts can reuse them.)
+B=.dev/bin/deltarule
+
+# Correctness before any timing: the CUDA device tests (every kernel), conformance through auto,
+# golden diffs on cuda, cuda:small-bh and cuda:chunked, and (unless $1 is 0) compute-sanitizer
+# memcheck on the sanitizer subset with a timeout of $1 seconds.
+cuda_checks() {
+  local san=${1:-150}
+  timeout 120 .dev/bin/cuda_device --test-threads=1 --nocapture > "$OUT/dev.log" 2>&1; echo "device tests rc=$?"
+  grep -E " ran, |panicked|FAIL" "$OUT/dev.log" | head -12
+  timeout 60 .dev/bin/conformance --test-threads=1 --nocapture cuda:: > "$OUT/conf.log" 2>&1; echo "conformance cuda:: rc=$?"
+  grep -E " ran, " "$OUT/conf.log"
+  local b
+  for b in cuda cuda:small-bh cuda:chunked; do
+    timeout 40 $B diff --case tests/golden/shared/*.safetensors --backend $b > "$OUT/diff_${b/:/_}.log" 2>&1
+    echo "diff $b rc=$? $(tail -1 "$OUT/diff_${b/:/_}.log")"
+  done
+  if [[ $san != 0 ]]; then
+    timeout "$san" compute-sanitizer --tool memcheck --error-exitcode 9 .dev/bin/cuda_device --test-threads=1 sanitizer_subset > "$OUT/memcheck.log" 2>&1
+    echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+  fi
+}
+
+# `deltarule bench` rows without the blank and progress lines.
+bench_rows() { timeout 90 $B bench "$@" 2>&1 | grep -v '^\s*$' | grep -v generating; }
+
+# The clock64 timeline probe (DELTARULE_CUDA_PROBE=256, kernels/prefill.cuh) of backend $1 on
+# shape $2: mean cycles per intra phase over the sampled chunks, and for the fused kernel the
+# intra / state cycles per CTA. Keeps only the TL lines of the log (20 kB at most).
+tl_probe() {
+  local f="$OUT/tl_${2//\//_}_${1/:/_}.log"
+  DELTARULE_CUDA_PROBE=256 timeout 60 $B bench --backend "$1" --shape "$2" --warmup 2 --iters 3 --rotate-mib 1 > "$f" 2>&1
+  echo "$1 $2 rc=$?"
+  grep '^TL ' "$f" | tail -n 40 | awk '{for(i=1;i<=NF;i++) if($i ~ /^(load|cumsum|AP|diag|merge|tprime|step4|step5|total)$/){s[$i]+=$(i+1); if(n0[$i]++==0) o[++k]=$i}} END{for(j=1;j<=k;j++) printf "%s %.0f  ", o[j], s[o[j]]/n0[o[j]]; print ""}'
+  grep '^TLF ' "$f" | tail -n 40 | awk '{a+=$(NF-3); b+=$(NF-1); n++} END{if(n) printf "fused: intra %.0f state %.0f cycles per CTA (n=%d)\n", a/n, b/n, n}'
+  sed -i '/^TL/!d' "$f"; head -c 20000 "$f" > "$f.x"; mv "$f.x" "$f"
+}
+
+# Per-kernel GPU durations (ncu) of the small-bh intra and state kernels on each shape given.
+ncu_split() {
+  local sh
+  for sh in "$@"; do
+    timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum -k "regex:prefill_(intra|state)" -c 2 $B bench --backend cuda:small-bh --shape $sh --warmup 0 --iters 1 --rotate-mib 1 > "$OUT/ncu_${sh//\//_}.log" 2>&1
+    echo "$sh rc=$? $(grep -E "prefill_|gpu__time_duration" "$OUT/ncu_${sh//\//_}.log" | sed 's/  */ /g' | awk '/prefill_/{k=$1} /duration/{printf "%s %s us  ", k, $NF}')"
+  done
+}
