@@ -8,7 +8,8 @@
 // zero-padded, with zero log decay, so they contribute nothing):
 //   intra_chunk: Γ (cumsum, f32), A (strictly lower, β folded) and P (lower incl. diagonal, scale
 //     folded), T = (I + A)^-1 in f32 (16x16 diagonal blocks by forward substitution, one warp each,
-//     merged as T_rc = -T_rr Σ_{c<=m<r} A_rm T_mc), T' = T diag(β) split into bf16 hi + lo,
+//     merged by doubling on tensor cores, 16 -> 32 -> 64 rows, T_21 = -T_22 A_21 T_11 with bf16
+//     hi + lo operands), T' = T diag(β) split into bf16 hi + lo,
 //     W = T' (K ⊙ e^Γ), U = T' V (f32), q̃ = scale Q ⊙ e^Γ, k̃ = K ⊙ e^{Γ_last - Γ}, e^{Γ_last}.
 //     gdn: K Kᵀ and Q Kᵀ on tensor cores, then the scalar decay e^{Γ_i - Γ_j} selected for j <= i.
 //     kda: off-diagonal 16x16 sub-blocks (row sub-chunk r > column sub-chunk c) on tensor cores
@@ -871,7 +872,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     TLM(3);
 
     // 3. T = (I + A)^-1 in f32: diagonal 16x16 blocks by forward substitution (warp r, lane =
-    //    column), then T_rc = -T_rr · Σ_{c<=m<r} A_rm T_mc by block distance.
+    //    column), then the off-diagonal blocks by doubling (below).
     if (warp < 4 && lane < 16 && !(PROBE & 8)) {
         const int r = warp, l = lane;
         float col[16];
