@@ -47,3 +47,19 @@ ncu_split() {
     echo "$sh rc=$? $(grep -E "prefill_|gpu__time_duration" "$OUT/ncu_${sh//\//_}.log" | sed 's/  */ /g' | awk '/prefill_/{k=$1} /duration/{printf "%s %s us  ", k, $NF}')"
   done
 }
+
+# The session-5 timing block: the five small-bh anchor shapes through auto, chunked against
+# small-bh on the many-pair shapes, then the timeline probe on gdn and kda small-bh and the fused
+# kernel, for each DELTARULE_CUDA_PROBE value given (default 0: production builds).
+s5_timings() {
+  local pr
+  for pr in "${@:-0}"; do
+    echo "-- auto, PROBE=$pr"
+    DELTARULE_CUDA_PROBE=$pr bench_rows --backend cuda --shape gdn-16/32-1x8192 gdn-4/8-1x8192 kda-32/32-1x8192 kda-64/64-1x8192 gdn-16/32-1x32768 --iters 30 | tail -6
+    DELTARULE_CUDA_PROBE=$pr bench_rows --backend cuda:chunked cuda:small-bh --shape gdn-16/32-16x1024 gdn-16/32-256x64 --iters 30 | tail -4
+  done
+  echo "-- timeline probe (cycles per phase, mean over sampled chunks)"
+  tl_probe cuda:small-bh gdn-16/32-1x8192
+  tl_probe cuda:small-bh kda-32/32-1x8192
+  tl_probe cuda:chunked gdn-16/32-256x64
+}
