@@ -63,3 +63,16 @@ s5_timings() {
   tl_probe cuda:small-bh kda-32/32-1x8192
   tl_probe cuda:chunked gdn-16/32-256x64
 }
+
+# Per-instruction stall samples of the small-bh intra kernel (ncu SourceCounters) on shape $1,
+# summarised per barrier-delimited region by bench/sass_regions.py ($2 = how many top lines); the
+# CSV stays in $OUT (xz). (session 6)
+src_profile() {
+  local n=${1%%-*}
+  timeout 240 ncu --clock-control none -k "regex:prefill_intra" -c 1 --section SourceCounters --section WarpStateStats --section SchedulerStats -o "$OUT/$n" $B bench --backend cuda:small-bh --shape "$1" --warmup 0 --iters 1 --rotate-mib 1 > "$OUT/ncu_$n.log" 2>&1
+  echo "== ncu $n rc=$?"
+  ncu -i "$OUT/$n.ncu-rep" --page details 2>&1 | grep -E "Issued Warp Per Scheduler|No Eligible|Eligible Warps|Warp Cycles Per Issued" | sed 's/  */ /g'
+  ncu -i "$OUT/$n.ncu-rep" --page source --print-source sass --csv > "$OUT/src_$n.csv" 2> /dev/null
+  python3 bench/sass_regions.py "$OUT/src_$n.csv" "${2:-12}"
+  rm -f "$OUT/$n.ncu-rep"; xz -T8 -f "$OUT/src_$n.csv"
+}

@@ -536,9 +536,12 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                 for (int m = 0; m < M; ++m) {
                     const int idx = tid + NTH * (half * M + m), i = idx / (KD / 4);
                     const bool in = i < L;
-                    *(float4*)(G + 4 * idx) =
-                        make_float4(in ? gate_apply(p, x[m][0], b[m][0], a) : 0.0f, in ? gate_apply(p, x[m][1], b[m][1], a) : 0.0f,
-                                    in ? gate_apply(p, x[m][2], b[m][2], a) : 0.0f, in ? gate_apply(p, x[m][3], b[m][3], a) : 0.0f);
+                    // (kda keeps Γ in log2 units, Γ log2(e): every decay is one ex2, no multiply)
+                    constexpr float L2E = 1.4426950408889634f;
+                    *(float4*)(G + 4 * idx) = make_float4(in ? L2E * gate_apply(p, x[m][0], b[m][0], a) : 0.0f,
+                                                          in ? L2E * gate_apply(p, x[m][1], b[m][1], a) : 0.0f,
+                                                          in ? L2E * gate_apply(p, x[m][2], b[m][2], a) : 0.0f,
+                                                          in ? L2E * gate_apply(p, x[m][3], b[m][3], a) : 0.0f);
                 }
             }
         });
@@ -619,7 +622,6 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         // halves, A and P). (Warp w issues on SM sub-partition w % 4: the exponentials per slice
         // and lane are 48 on sub-partition 0 and 28 on 1-3; before session 5: 80 and 64.)
         constexpr int DS = LY::DS, SP = LY::DSP, TS = LY::TSP;
-        constexpr float LOG2E = 1.4426950408889634f;
         float* KRs = (float*)(sm + LY::SLF);
         float* QRs = KRs + 64 * SP;
         float* GSs = QRs + 64 * SP;
@@ -652,40 +654,51 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
 #pragma unroll 1
         for (int s = 0; s < KD / DS; ++s) {
-            // slice build: item = (row i, channel pair); a warp's 32 items share one sub-chunk
-            for (int it = tid; it < 64 * (DS / 2); it += NTH) {
+            // slice build: item = (row i, channel pair); a warp's 32 items share one sub-chunk.
+            // (Both items of a thread and the reference rows r > sub are unrolled, so their shared
+            // loads and exponentials issue together: session 6's source counters put a fifth of
+            // the kernel's stall samples in this loop, mostly short-scoreboard waits.)
+            constexpr int NIT = (64 * (DS / 2) + NTH - 1) / NTH;
+#pragma unroll
+            for (int rep = 0; rep < NIT; ++rep) {
+                const int it = tid + rep * NTH;
+                if (it >= 64 * (DS / 2)) break;
                 const int i = it / (DS / 2), pr = it % (DS / 2), d = s * DS + 2 * pr;
                 const u32 kk = *(const u32*)(Ks + i * KP + d);
                 const u32 qq = *(const u32*)(Qs + i * KP + d);
+                const float2 g = *(const float2*)(G + i * KD + d);
+                const int sub = i >> 4;
+                float2 gn[4];
+#pragma unroll
+                for (int r = 1; r < 4; ++r)
+                    if (r >= sub) gn[r] = *(const float2*)(G + (16 * r) * KD + d);
                 const float k0 = from_mma((u16)(kk & 0xffffu)), k1 = from_mma((u16)(kk >> 16));
                 const float q0 = from_mma((u16)(qq & 0xffffu)), q1 = from_mma((u16)(qq >> 16));
-                const float2 g = *(const float2*)(G + i * KD + d);
                 KRs[i * SP + 2 * pr] = k0;
                 KRs[i * SP + 2 * pr + 1] = k1;
                 QRs[i * SP + 2 * pr] = q0;
                 QRs[i * SP + 2 * pr + 1] = q1;
-                GSs[i * SP + 2 * pr] = g.x * LOG2E;
-                GSs[i * SP + 2 * pr + 1] = g.y * LOG2E;
-                const int sub = i >> 4;
-                if (sub > 0) {
-                    const float2 gn = *(const float2*)(G + (16 * sub) * KD + d);
-                    const float e0 = fexp(g.x - gn.x), e1 = fexp(g.y - gn.y);
-                    const float x0 = k0 * e0, x1 = k1 * e1;
-                    const u32 hi = pack_mma(x0, x1);
-                    const int o = (i - 16) * TS + 2 * pr;
-                    *(u32*)(KTh + o) = hi;
-                    *(u32*)(KTl + o) = pack_mma(x0 - from_mma((u16)(hi & 0xffffu)),
-                                                x1 - from_mma((u16)(hi >> 16)));
-                    *(u32*)(QTs + o) = pack_mma(q0 * e0, q1 * e1);
-                }
-                for (int r = sub + 1; r < 4; ++r) {
-                    const float2 gn = *(const float2*)(G + (16 * r) * KD + d);
-                    const float x0 = k0 * fexp(gn.x - g.x), x1 = k1 * fexp(gn.y - g.y);
-                    const u32 hi = pack_mma(x0, x1);
-                    const int o = (8 * r * (r - 1) + i) * TS + 2 * pr;
-                    *(u32*)(KHh + o) = hi;
-                    *(u32*)(KHl + o) = pack_mma(x0 - from_mma((u16)(hi & 0xffffu)),
-                                                x1 - from_mma((u16)(hi >> 16)));
+                GSs[i * SP + 2 * pr] = g.x;
+                GSs[i * SP + 2 * pr + 1] = g.y;
+#pragma unroll
+                for (int r = 1; r < 4; ++r) {
+                    if (r == sub) {
+                        const float e0 = fexp2(g.x - gn[r].x), e1 = fexp2(g.y - gn[r].y);
+                        const float x0 = k0 * e0, x1 = k1 * e1;
+                        const u32 hi = pack_mma(x0, x1);
+                        const int o = (i - 16) * TS + 2 * pr;
+                        *(u32*)(KTh + o) = hi;
+                        *(u32*)(KTl + o) = pack_mma(x0 - from_mma((u16)(hi & 0xffffu)),
+                                                    x1 - from_mma((u16)(hi >> 16)));
+                        *(u32*)(QTs + o) = pack_mma(q0 * e0, q1 * e1);
+                    } else if (r > sub) {
+                        const float x0 = k0 * fexp2(gn[r].x - g.x), x1 = k1 * fexp2(gn[r].y - g.y);
+                        const u32 hi = pack_mma(x0, x1);
+                        const int o = (8 * r * (r - 1) + i) * TS + 2 * pr;
+                        *(u32*)(KHh + o) = hi;
+                        *(u32*)(KHl + o) = pack_mma(x0 - from_mma((u16)(hi & 0xffffu)),
+                                                    x1 - from_mma((u16)(hi >> 16)));
+                    }
                 }
             }
             __syncthreads();
@@ -857,16 +870,16 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             for (int j = 0; j < 4; ++j) {
                 const float k0 = from_mma((u16)(kk[j] & 0xffffu)), k1 = from_mma((u16)(kk[j] >> 16));
                 const float q0 = from_mma((u16)(qq[j] & 0xffffu)), q1 = from_mma((u16)(qq[j] >> 16));
-                const float e0 = fexp(g[2 * j]), e1 = fexp(g[2 * j + 1]);
+                const float e0 = fexp2(g[2 * j]), e1 = fexp2(g[2 * j + 1]);
                 xo[j] = pack_mma(k0 * e0, k1 * e1);
                 qo[j] = pack_mma(p.scale * q0 * e0, p.scale * q1 * e1);
-                ko[j] = pack_mma(k0 * fexp(gl[2 * j] - g[2 * j]), k1 * fexp(gl[2 * j + 1] - g[2 * j + 1]));
+                ko[j] = pack_mma(k0 * fexp2(gl[2 * j] - g[2 * j]), k1 * fexp2(gl[2 * j + 1] - g[2 * j + 1]));
             }
             *(uint4*)(Xo + i * KP + d) = make_uint4(xo[0], xo[1], xo[2], xo[3]);
             *(uint4*)(Qo + i * QST + d) = make_uint4(qo[0], qo[1], qo[2], qo[3]);
             *(uint4*)(Ko + i * QST + d) = make_uint4(ko[0], ko[1], ko[2], ko[3]);
         }
-        if (tid < KD) GLs[tid] = fexp(G[63 * KD + tid]);
+        if (tid < KD) GLs[tid] = fexp2(G[63 * KD + tid]);
     }
     __syncthreads();
     TLM(3);
@@ -1113,26 +1126,29 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                 bulk_commit();
             }
         }
+        // DIRECT: tokens (t, t + 1) are adjacent in the Uᵀ fragment order (ut_off): lanes of rows
+        // g and g + 1 (lane ^ 4) swap one value each, then each stores two 8-byte pairs (to the
+        // staging area, or straight to the workspace). Lane l of an even row g holds (t, v) =
+        // (r, c) and (r, c + 1) and keeps (r, c), (r + 1, c); the odd row's lane keeps (r - 1,
+        // c + 1), (r, c + 1). Offsets without branches: ut_off(16 a + (g & ~1), 8 b + 2 (l & 3) +
+        // (g & 1)) = tile part + lane part, and row + 8 is +128 floats. (Session 6: the branchy
+        // form, divergent on g's parity, ran ~40 integer instructions per store and took a tenth
+        // of gdn's intra stall samples.)
+        [[maybe_unused]] const int gq = lane >> 2, odd = gq & 1;
+        [[maybe_unused]] const int lpart = (2 * (lane & 3) + odd) * 16 + (gq >> 1) * 4;
 #pragma unroll
         for (int i = 0; i < TU::PER; ++i) {
-            int r, c;
-            tile_rc<CH, VD, NTH / 32>(warp, lane, i, r, c);
             if (DIRECT) {
-                // tokens (t, t + 1) are adjacent in the Uᵀ fragment order: lanes of rows g and
-                // g + 1 (lane ^ 4) swap one value each, then each stores two 8-byte pairs (to the
-                // staging area, or straight to the workspace)
                 float* U = LY::USTAGE ? (float*)(sm + LY::USG) : (float*)(wdst + WLay::U);
-                const bool ev = ((lane >> 2) & 1) == 0;  // (r even)
-                const float x0 = __shfl_xor_sync(0xffffffffu, ev ? acc[i][1] : acc[i][0], 4);
-                const float x1 = __shfl_xor_sync(0xffffffffu, ev ? acc[i][3] : acc[i][2], 4);
-                if (ev) {
-                    *(float2*)(U + ut_off(r, c)) = make_float2(acc[i][0], x0);
-                    *(float2*)(U + ut_off(r + 8, c)) = make_float2(acc[i][2], x1);
-                } else {
-                    *(float2*)(U + ut_off(r - 1, c + 1)) = make_float2(x0, acc[i][1]);
-                    *(float2*)(U + ut_off(r + 7, c + 1)) = make_float2(x1, acc[i][3]);
-                }
+                const int idx = warp * TU::PER + i, r0 = (idx / TU::NT) * 16, c0 = (idx % TU::NT) * 8;
+                const int o = ((c0 >> 4) * 8 + (r0 >> 3)) * 128 + 2 * ((c0 >> 3) & 1) + lpart;
+                const float x0 = __shfl_xor_sync(0xffffffffu, odd ? acc[i][0] : acc[i][1], 4);
+                const float x1 = __shfl_xor_sync(0xffffffffu, odd ? acc[i][2] : acc[i][3], 4);
+                *(float2*)(U + o) = odd ? make_float2(x0, acc[i][1]) : make_float2(acc[i][0], x0);
+                *(float2*)(U + o + 128) = odd ? make_float2(x1, acc[i][3]) : make_float2(acc[i][2], x1);
             } else {
+                int r, c;
+                tile_rc<CH, VD, NTH / 32>(warp, lane, i, r, c);
                 *(float2*)(Uf + r * LY::UST + c) = make_float2(acc[i][0], acc[i][1]);
                 *(float2*)(Uf + (r + 8) * LY::UST + c) = make_float2(acc[i][2], acc[i][3]);
             }
