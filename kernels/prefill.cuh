@@ -518,32 +518,40 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         if (!KDA) G[i] = i < L ? gate_apply(p, graw, bias, a) : 0.0f;
     }
     if (KDA) {
+        // (the raw log-decay form is specialised: no bias loads, no per-element mode tests)
+        const bool glog = p.gate == GATE_LOG;
         with_dt(p.g_dt, [&](auto D) {
             constexpr int DT = decltype(D)::value;
             constexpr int M = CH * KD / NTH / 4 / LDP;  // groups of 4 consecutive channels per thread and pass
-            const float a = gate_a(p, hv);
+            auto gates = [&](auto LOGC) {
+                constexpr bool LOG = decltype(LOGC)::value != 0;
+                const float a = LOG ? 1.0f : gate_a(p, hv);
 #pragma unroll
-            for (int half = 0; half < LDP; ++half) {
-                float x[M][4], b[M][4];
+                for (int half = 0; half < LDP; ++half) {
+                    float x[M][4], b[M][4];
 #pragma unroll
-                for (int m = 0; m < M; ++m) {
-                    const int idx = tid + NTH * (half * M + m), i = idx / (KD / 4), d = 4 * (idx % (KD / 4));
-                    ldv<DT, 4>(p.g, ((i64)(t0 + imin(i, L - 1)) * p.HV + hv) * KD + d, x[m]);
+                    for (int m = 0; m < M; ++m) {
+                        const int idx = tid + NTH * (half * M + m), i = idx / (KD / 4), d = 4 * (idx % (KD / 4));
+                        ldv<DT, 4>(p.g, ((i64)(t0 + imin(i, L - 1)) * p.HV + hv) * KD + d, x[m]);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) b[m][e] = gate_bias(p, hv * KD + d + e);
+                        for (int e = 0; e < 4; ++e) b[m][e] = LOG ? 0.0f : gate_bias(p, hv * KD + d + e);
+                    }
+#pragma unroll
+                    for (int m = 0; m < M; ++m) {
+                        const int idx = tid + NTH * (half * M + m), i = idx / (KD / 4);
+                        const bool in = i < L;
+                        // (kda keeps Γ in log2 units, Γ log2(e): every decay is one ex2, no multiply)
+                        constexpr float L2E = 1.4426950408889634f;
+                        float y[4];
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            y[e] = in ? L2E * (LOG ? x[m][e] : gate_apply(p, x[m][e], b[m][e], a)) : 0.0f;
+                        *(float4*)(G + 4 * idx) = make_float4(y[0], y[1], y[2], y[3]);
+                    }
                 }
-#pragma unroll
-                for (int m = 0; m < M; ++m) {
-                    const int idx = tid + NTH * (half * M + m), i = idx / (KD / 4);
-                    const bool in = i < L;
-                    // (kda keeps Γ in log2 units, Γ log2(e): every decay is one ex2, no multiply)
-                    constexpr float L2E = 1.4426950408889634f;
-                    *(float4*)(G + 4 * idx) = make_float4(in ? L2E * gate_apply(p, x[m][0], b[m][0], a) : 0.0f,
-                                                          in ? L2E * gate_apply(p, x[m][1], b[m][1], a) : 0.0f,
-                                                          in ? L2E * gate_apply(p, x[m][2], b[m][2], a) : 0.0f,
-                                                          in ? L2E * gate_apply(p, x[m][3], b[m][3], a) : 0.0f);
-                }
-            }
+            };
+            if (glog) gates(IC<1>());
+            else gates(IC<0>());
         });
     }
     __syncthreads();
@@ -655,50 +663,67 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
 #pragma unroll 1
         for (int s = 0; s < KD / DS; ++s) {
             // slice build: item = (row i, channel pair); a warp's 32 items share one sub-chunk.
-            // (Both items of a thread and the reference rows r > sub are unrolled, so their shared
-            // loads and exponentials issue together: session 6's source counters put a fifth of
-            // the kernel's stall samples in this loop, mostly short-scoreboard waits.)
-            constexpr int NIT = (64 * (DS / 2) + NTH - 1) / NTH;
+            // (Session 6's source counters put a fifth of the kernel's stall samples in the
+            // one-item-at-a-time loop this was, mostly short-scoreboard waits.)
+            // Thread t builds rows i0 = t / 8 and i0 + 32, channel pair t % 8, specialised on the
+            // rows' sub-chunks (warp-uniform: 0 and 2 for warps 0-3, 1 and 3 for warps 4-7), so
+            // which operands a row feeds is known at compile time; both items' shared loads issue
+            // before either's stores (which the compiler may not move loads across).
+            static_assert(NTH == 256 && 64 * (DS / 2) == 2 * NTH, "slice build: two rows a thread");
+            struct SlIn {
+                u32 kk, qq;
+                float2 g, gn[4];
+            };
+            auto ld_item = [&](auto SUBC, int i, int pr) {
+                constexpr int SUB = decltype(SUBC)::value;
+                const int d = s * DS + 2 * pr;
+                SlIn x;
+                x.kk = *(const u32*)(Ks + i * KP + d);
+                x.qq = *(const u32*)(Qs + i * KP + d);
+                x.g = *(const float2*)(G + i * KD + d);
 #pragma unroll
-            for (int rep = 0; rep < NIT; ++rep) {
-                const int it = tid + rep * NTH;
-                if (it >= 64 * (DS / 2)) break;
-                const int i = it / (DS / 2), pr = it % (DS / 2), d = s * DS + 2 * pr;
-                const u32 kk = *(const u32*)(Ks + i * KP + d);
-                const u32 qq = *(const u32*)(Qs + i * KP + d);
-                const float2 g = *(const float2*)(G + i * KD + d);
-                const int sub = i >> 4;
-                float2 gn[4];
-#pragma unroll
-                for (int r = 1; r < 4; ++r)
-                    if (r >= sub) gn[r] = *(const float2*)(G + (16 * r) * KD + d);
-                const float k0 = from_mma((u16)(kk & 0xffffu)), k1 = from_mma((u16)(kk >> 16));
-                const float q0 = from_mma((u16)(qq & 0xffffu)), q1 = from_mma((u16)(qq >> 16));
+                for (int r = 0; r < 4; ++r)
+                    x.gn[r] = (r >= SUB && r > 0) ? *(const float2*)(G + (16 * r) * KD + d) : make_float2(0.0f, 0.0f);
+                return x;
+            };
+            auto st_item = [&](auto SUBC, int i, int pr, const SlIn& x) {
+                constexpr int SUB = decltype(SUBC)::value;
+                const float k0 = from_mma((u16)(x.kk & 0xffffu)), k1 = from_mma((u16)(x.kk >> 16));
+                const float q0 = from_mma((u16)(x.qq & 0xffffu)), q1 = from_mma((u16)(x.qq >> 16));
                 KRs[i * SP + 2 * pr] = k0;
                 KRs[i * SP + 2 * pr + 1] = k1;
                 QRs[i * SP + 2 * pr] = q0;
                 QRs[i * SP + 2 * pr + 1] = q1;
-                GSs[i * SP + 2 * pr] = g.x;
-                GSs[i * SP + 2 * pr + 1] = g.y;
+                GSs[i * SP + 2 * pr] = x.g.x;
+                GSs[i * SP + 2 * pr + 1] = x.g.y;
+                if constexpr (SUB > 0) {
+                    const float e0 = fexp2(x.g.x - x.gn[SUB].x), e1 = fexp2(x.g.y - x.gn[SUB].y);
+                    const float x0 = k0 * e0, x1 = k1 * e1;
+                    const u32 hi = pack_mma(x0, x1);
+                    const int o = (i - 16) * TS + 2 * pr;
+                    *(u32*)(KTh + o) = hi;
+                    *(u32*)(KTl + o) = pack_mma(x0 - from_mma((u16)(hi & 0xffffu)), x1 - from_mma((u16)(hi >> 16)));
+                    *(u32*)(QTs + o) = pack_mma(q0 * e0, q1 * e1);
+                }
 #pragma unroll
-                for (int r = 1; r < 4; ++r) {
-                    if (r == sub) {
-                        const float e0 = fexp2(g.x - gn[r].x), e1 = fexp2(g.y - gn[r].y);
-                        const float x0 = k0 * e0, x1 = k1 * e1;
-                        const u32 hi = pack_mma(x0, x1);
-                        const int o = (i - 16) * TS + 2 * pr;
-                        *(u32*)(KTh + o) = hi;
-                        *(u32*)(KTl + o) = pack_mma(x0 - from_mma((u16)(hi & 0xffffu)),
-                                                    x1 - from_mma((u16)(hi >> 16)));
-                        *(u32*)(QTs + o) = pack_mma(q0 * e0, q1 * e1);
-                    } else if (r > sub) {
-                        const float x0 = k0 * fexp2(gn[r].x - g.x), x1 = k1 * fexp2(gn[r].y - g.y);
-                        const u32 hi = pack_mma(x0, x1);
-                        const int o = (8 * r * (r - 1) + i) * TS + 2 * pr;
-                        *(u32*)(KHh + o) = hi;
-                        *(u32*)(KHl + o) = pack_mma(x0 - from_mma((u16)(hi & 0xffffu)),
-                                                    x1 - from_mma((u16)(hi >> 16)));
-                    }
+                for (int r = SUB + 1; r < 4; ++r) {
+                    const float x0 = k0 * fexp2(x.gn[r].x - x.g.x), x1 = k1 * fexp2(x.gn[r].y - x.g.y);
+                    const u32 hi = pack_mma(x0, x1);
+                    const int o = (8 * r * (r - 1) + i) * TS + 2 * pr;
+                    *(u32*)(KHh + o) = hi;
+                    *(u32*)(KHl + o) = pack_mma(x0 - from_mma((u16)(hi & 0xffffu)), x1 - from_mma((u16)(hi >> 16)));
+                }
+            };
+            {
+                const int i0 = tid / (DS / 2), pr = tid % (DS / 2);
+                if (warp < 4) {
+                    const SlIn a = ld_item(IC<0>(), i0, pr), b = ld_item(IC<2>(), i0 + 32, pr);
+                    st_item(IC<0>(), i0, pr, a);
+                    st_item(IC<2>(), i0 + 32, pr, b);
+                } else {
+                    const SlIn a = ld_item(IC<1>(), i0, pr), b = ld_item(IC<3>(), i0 + 32, pr);
+                    st_item(IC<1>(), i0, pr, a);
+                    st_item(IC<3>(), i0 + 32, pr, b);
                 }
             }
             __syncthreads();
