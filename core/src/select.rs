@@ -138,15 +138,22 @@ pub enum AutoWhen {
     /// Never chosen by `auto` or a bare backend name: explicit `backend:kernel` only (cross-check
     /// paths such as the CPU chunked kernels).
     Never,
-    /// (sequences x value heads) at most the device's multiprocessors times `num / den`.
-    FewPairs {
+    /// The split (workspace) form of a prefill: (sequences x value heads) at most the device's
+    /// multiprocessors times `num / den`, or else a workspace of at most `max_blocks` (chunk,
+    /// value head) blocks, bounded by (tokens / 64 + sequences) x value heads. (H200, session 6:
+    /// with many pairs the split form was as fast as or faster than the fused kernel from 1 to
+    /// 16 chunks a sequence, gdn and kda; the bound keeps its workspace, ~94 KB a block at
+    /// K = V = 128, to ~1.5 GB.)
+    SplitWins {
         num: u32,
         den: u32,
+        max_blocks: u64,
     },
-    /// (sequences x value heads) above that threshold (the complement of `FewPairs`).
-    ManyPairs {
+    /// The complement of `SplitWins` with the same numbers: the fused form.
+    FusedWins {
         num: u32,
         den: u32,
+        max_blocks: u64,
     },
 }
 
@@ -582,7 +589,7 @@ pub static RULES: &[Rule] = &[
         Op::Gdn,
         Mode::Prefill,
         Kernel::Chunked,
-        AutoWhen::ManyPairs { num: 1, den: 1 },
+        AutoWhen::FusedWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
         "fused chunked prefill: one CTA per (sequence, value head), mma.sync bf16/f16 with f32 \
          accumulation, inverse and state in f32; bf16 operands of the state products",
     ),
@@ -591,9 +598,10 @@ pub static RULES: &[Rule] = &[
         Op::Gdn,
         Mode::Prefill,
         Kernel::SmallBh,
-        AutoWhen::FewPairs { num: 1, den: 1 },
-        "chunk-parallel intra kernel into a workspace, then a state pass over 32-column V tiles \
-         (cp.async double buffer): for fewer (sequence x value head) pairs than SMs",
+        AutoWhen::SplitWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
+        "chunk-parallel intra kernel into a workspace, then a state pass over 16-, 32- or \
+         64-column V tiles: for few (sequence x value head) pairs, or any number while the \
+         workspace stays bounded",
     ),
     cuda_rule(
         "cuda.gdn.decode.recurrent",
@@ -609,7 +617,7 @@ pub static RULES: &[Rule] = &[
         Op::Kda,
         Mode::Prefill,
         Kernel::Chunked,
-        AutoWhen::ManyPairs { num: 1, den: 1 },
+        AutoWhen::FusedWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
         "fused chunked prefill; A and P in f32 on CUDA cores with 16-token reference points \
          (exact for unbounded softplus gates), the rest on mma.sync as gdn",
     ),
@@ -618,9 +626,10 @@ pub static RULES: &[Rule] = &[
         Op::Kda,
         Mode::Prefill,
         Kernel::SmallBh,
-        AutoWhen::FewPairs { num: 1, den: 1 },
-        "chunk-parallel intra kernel into a workspace, then a state pass over 32-column V tiles: \
-         for fewer (sequence x value head) pairs than SMs",
+        AutoWhen::SplitWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
+        "chunk-parallel intra kernel into a workspace, then a state pass over 16-, 32- or \
+         64-column V tiles: for few (sequence x value head) pairs, or any number while the \
+         workspace stays bounded",
     ),
     cuda_rule(
         "cuda.kda.decode.recurrent",
@@ -890,6 +899,15 @@ pub fn device_rejections(rule: &Rule, caps: &Capabilities) -> Vec<Reject> {
     out
 }
 
+/// Workspace blocks of the split prefill form, at most: one per (64-token chunk, value head),
+/// (tokens / 64 + sequences) x value heads (each sequence ends in at most one partial chunk).
+fn split_blocks(p: &Problem) -> u64 {
+    ((p.tokens / 64 + p.seqs) * p.hv) as u64
+}
+
+/// `max_blocks` of the CUDA split/fused rows (16 Ki blocks: gdn 16/32 at 32 K tokens).
+const SPLIT_MAX_BLOCKS: u64 = 16384;
+
 /// Longest sequence of a problem, needed by rows with `max_seq_len`.
 fn auto_rejection(rule: &Rule, p: &Problem, caps: &Capabilities) -> Option<Reject> {
     let pairs = (p.seqs * p.hv) as u64;
@@ -899,22 +917,39 @@ fn auto_rejection(rule: &Rule, p: &Problem, caps: &Capabilities) -> Option<Rejec
         AutoWhen::Never => Some(Reject::Heuristic(
             "explicit choice only (a cross-check path, never picked by auto)".into(),
         )),
-        AutoWhen::FewPairs { num, den } => {
+        AutoWhen::SplitWins {
+            num,
+            den,
+            max_blocks,
+        } => {
             let limit = sms * num as u64 / den as u64;
-            (pairs > limit).then(|| {
+            let blocks = split_blocks(p);
+            (pairs > limit && blocks > max_blocks).then(|| {
                 Reject::Heuristic(format!(
                     "{pairs} (sequence x value head) pairs > {limit} ({num}/{den} of {sms} \
-                     multiprocessors): enough parallelism without splitting"
+                     multiprocessors) and up to {blocks} workspace blocks > {max_blocks}: the \
+                     fused kernel needs no workspace"
                 ))
             })
         }
-        AutoWhen::ManyPairs { num, den } => {
+        AutoWhen::FusedWins {
+            num,
+            den,
+            max_blocks,
+        } => {
             let limit = sms * num as u64 / den as u64;
-            (pairs <= limit).then(|| {
-                Reject::Heuristic(format!(
-                    "{pairs} (sequence x value head) pairs <= {limit} ({num}/{den} of {sms} \
-                     multiprocessors): too few to fill the device"
-                ))
+            let blocks = split_blocks(p);
+            (pairs <= limit || blocks <= max_blocks).then(|| {
+                Reject::Heuristic(if pairs <= limit {
+                    format!(
+                        "{pairs} (sequence x value head) pairs <= {limit} ({num}/{den} of {sms} \
+                         multiprocessors): too few to fill the device"
+                    )
+                } else {
+                    format!(
+                        "up to {blocks} workspace blocks <= {max_blocks}: the split form is faster"
+                    )
+                })
             })
         }
     }
@@ -1013,8 +1048,20 @@ pub fn render_rules() -> String {
         let auto = match r.auto_when {
             AutoWhen::Always => "always".to_string(),
             AutoWhen::Never => "explicit only".to_string(),
-            AutoWhen::FewPairs { num, den } => format!("pairs <= {num}/{den} SMs"),
-            AutoWhen::ManyPairs { num, den } => format!("pairs > {num}/{den} SMs"),
+            AutoWhen::SplitWins {
+                num,
+                den,
+                max_blocks,
+            } => {
+                format!("pairs <= {num}/{den} SMs or blocks <= {max_blocks}")
+            }
+            AutoWhen::FusedWins {
+                num,
+                den,
+                max_blocks,
+            } => {
+                format!("pairs > {num}/{den} SMs and blocks > {max_blocks}")
+            }
         };
         out.push_str(&format!(
             "{} | {} | {} | {}:{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | \
@@ -1102,7 +1149,21 @@ fn auto_text(a: AutoWhen) -> String {
     match a {
         AutoWhen::Always => "when eligible".into(),
         AutoWhen::Never => "never (by name only)".into(),
-        AutoWhen::FewPairs { num, den } => format!("sequences x value heads <= {num}/{den} x SMs"),
-        AutoWhen::ManyPairs { num, den } => format!("sequences x value heads > {num}/{den} x SMs"),
+        AutoWhen::SplitWins {
+            num,
+            den,
+            max_blocks,
+        } => format!(
+            "sequences x value heads <= {num}/{den} x SMs, or (tokens / 64 + sequences) x value \
+             heads <= {max_blocks}"
+        ),
+        AutoWhen::FusedWins {
+            num,
+            den,
+            max_blocks,
+        } => format!(
+            "sequences x value heads > {num}/{den} x SMs and (tokens / 64 + sequences) x value \
+             heads > {max_blocks}"
+        ),
     }
 }

@@ -119,7 +119,14 @@ fn sample_problems() -> Vec<(Problem, usize)> {
     let mut out = Vec::new();
     for op in Op::ALL {
         for mode in Mode::ALL {
-            for (seqs, len) in [(1usize, 8192usize), (64, 256), (256, 1), (8, 3)] {
+            // ((512, 1024): many pairs and more workspace blocks than the split form is allowed)
+            for (seqs, len) in [
+                (1usize, 8192usize),
+                (64, 256),
+                (256, 1),
+                (8, 3),
+                (512, 1024),
+            ] {
                 for hv in [4usize, 32] {
                     for k in [64usize, 128, 96] {
                         for sdt in [DType::F32, DType::BF16] {

@@ -7,10 +7,12 @@
 //! * `chunked` (`{op}_prefill_fused`): one CTA per (sequence, value head) walks its 64-token
 //!   chunks; intra-chunk products on tensor cores (`mma.sync.m16n8k16`, bf16/f16 operands, f32
 //!   accumulation), the inverse in f32, the running state in f32 registers;
-//! * `small-bh` (`{op}_prefill_intra` + `{op}_prefill_state`): for few (sequence x value head)
-//!   pairs, a chunk-parallel intra kernel writes W, U, P, q̃, k̃ per chunk into a workspace, then a
-//!   state pass split over 32- or 16-column V tiles walks the chunks with the transposed state in
-//!   mma accumulators (a state and an output warp per 16 V columns, bulk copies two chunks ahead);
+//! * `small-bh` (`{op}_prefill_intra` + `{op}_prefill_state`): a chunk-parallel intra kernel
+//!   writes W, U, P, q̃, k̃ per chunk into a workspace, then a state pass split over 16-, 32- or
+//!   64-column V tiles walks the chunks with the transposed state in mma accumulators (a state and
+//!   an output warp per 16 V columns, bulk copies two chunks ahead). `auto` takes it for few
+//!   (sequence x value head) pairs, and for many while the workspace stays under 16 Ki blocks
+//!   (measured faster than `chunked` there on the H200, session 6); `chunked` beyond that;
 //! * `recurrent` (`{op}_decode_recurrent`): the token recurrence for decode (T >= 1 tokens per
 //!   sequence), V-split, in place on a state pool.
 //!
@@ -461,14 +463,17 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
 
 /// The V tile of the small-bh state pass (one CTA per SM: 230 KB of shared memory): 16 columns
 /// when the 32-column tiles of all (sequence, value head) pairs fill at most half the SMs; 64
-/// when the 32-column tiles would need a second wave and the 64-column ones fit in one (V >= 64);
-/// else 32. `forced` (16, 32 or 64) overrides.
+/// when the 32-column tiles would need a second wave (V >= 64); else 32. `forced` (16, 32 or 64)
+/// overrides. (H200, session 6, bench/h200_s6f.sh and s6g.sh: with more than one wave the
+/// 64-column tiles were faster on every shape measured, gdn 16/32 16x1024 0.943 -> 0.847 ms,
+/// 256x64 1.930 -> 1.428, kda 32/32 64x256 1.468 -> 1.293; session 4 had limited them to one
+/// wave.)
 fn state_tile(p: &Problem, sms: usize, forced: Option<usize>) -> usize {
     let pairs = p.seqs * p.hv;
     match forced {
         Some(bv) => bv,
         None if pairs * (p.v / 32) * 2 <= sms => 16,
-        None if p.v >= 64 && pairs * (p.v / 32) > sms && pairs * (p.v / 64) <= sms => 64,
+        None if p.v >= 64 && pairs * (p.v / 32) > sms => 64,
         None => 32,
     }
 }
@@ -715,8 +720,10 @@ mod tests {
         // kda 64/64: 256 CTAs of 32 columns (two waves) -> 128 of 64 columns (one wave)
         let kda64 = Problem::new(Op::Kda, Mode::Prefill, 1, 8192, 64, 64, 128, 128);
         assert_eq!(state_tile(&kda64, 132, None), 64);
-        // ... unless the 64-column tiles need two waves too
-        assert_eq!(state_tile(&kda(200, 128), 132, None), 32);
+        // ... and also when the 64-column tiles need two waves too (measured faster, session 6)
+        assert_eq!(state_tile(&kda(200, 128), 132, None), 64);
+        // V = 32 has no 64-column variant
+        assert_eq!(state_tile(&kda(200, 32), 132, None), 32);
         // a forced width wins either way
         assert_eq!(state_tile(&prefill(1, 16, 32), 132, Some(16)), 16);
         assert_eq!(state_tile(&prefill(1, 4, 8), 132, Some(32)), 32);
