@@ -438,8 +438,11 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     u16* Ks = (u16*)(sm + LY::WM);
     u16* Qs = (u16*)(sm + LY::QD);
     u16* Kd = (u16*)(sm + LY::KDT);
-    // P: shared [64][CP], or (DIRECT) the workspace block [64][64].
-    u16* Pm = DIRECT ? (u16*)(wdst + WLay::P) : (u16*)(sm + LY::PM);
+    // P: shared [64][CP]; DIRECT: the workspace block [64][CP], for gdn through the k̃ slot (free
+    // until step 4) and one bulk copy (PSTAGE; session 6), for kda (whose k̃ slot holds the slice
+    // operands then) with per-thread stores.
+    constexpr bool PSTAGE = DIRECT && !KDA && CP <= KP;
+    u16* Pm = PSTAGE ? (u16*)(sm + LY::KDT) : DIRECT ? (u16*)(wdst + WLay::P) : (u16*)(sm + LY::PM);
     const int pst = CP;
     float* Uf = (float*)(sm + LY::UF);
     float* GLs = (float*)(sm + LY::GL);
@@ -906,7 +909,14 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         }
         if (tid < KD) GLs[tid] = fexp2(G[63 * KD + tid]);
     }
+    if constexpr (PSTAGE) fence_proxy_async();
     __syncthreads();
+    if constexpr (PSTAGE) {
+        if (tid == 0 && !(PROBE & 128)) {
+            bulk_s2g(wdst + WLay::P, sm + LY::KDT, 64 * CP * 2);
+            bulk_commit();
+        }
+    }
     TLM(3);
 
     // 3. T = (I + A)^-1 in f32: diagonal 16x16 blocks by forward substitution (warp r, lane =
@@ -1054,13 +1064,19 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         *(u32*)(Tbh + i * CP + j) = hi;
         *(u32*)(Tbl + i * CP + j) = pack_mma(t0 - from_mma((u16)(hi & 0xffffu)), t1 - from_mma((u16)(hi >> 16)));
     }
+    // (PSTAGE: P's copy must have read the k̃ slot before step 4 writes k̃ there)
+    if constexpr (PSTAGE) {
+        if (tid == 0) bulk_wait_read();
+    }
     __syncthreads();
     TLM(6);
 
     // 4. X = K ⊙ e^Γ, V, q̃ = scale Q ⊙ e^Γ (in place), k̃ = K ⊙ e^{Γlast - Γ}, e^Γlast; all
     //    token-major [64][*] like Ks (consecutive threads walk a row: no bank conflicts; the
     //    products read X, V and k̃ with ldmatrix.trans). (kda: all but V at the end of step 2.)
-    if constexpr (!KDA) {
+    // (gdn: called between the V loads and their stores below, so V's load latency is spent
+    // building X, q̃ and k̃; session 6)
+    auto gdn_xqk = [&]() {
         // gdn: the decays are per row, so 8 channels a thread from one 16-byte load each, with the
         // row factors computed once (same products, in the same order, as the per-element form).
         constexpr int U8 = KD / 8;
@@ -1082,7 +1098,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                 make_uint4(sc2(qw.x, p.scale, e1), sc2(qw.y, p.scale, e1), sc2(qw.z, p.scale, e1), sc2(qw.w, p.scale, e1));
         }
         if (tid < KD) GLs[tid] = fexp(G[63]);
-    }
+    };
     with_dt(p.qkv_dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
         constexpr int M = CH * VD / NTH / 4 / LDP;  // groups of 4 consecutive elements per thread and pass
@@ -1093,6 +1109,9 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             for (int m = 0; m < M; ++m) {
                 const int idx = tid + NTH * (half * M + m), e = 4 * (idx % (VD / 4)), i = idx / (VD / 4);
                 ldv<DT, 4>(p.v, ((i64)(t0 + imin(i, L - 1)) * p.HV + hv) * VD + e, x[m]);
+            }
+            if constexpr (!KDA) {
+                if (half == 0) gdn_xqk();
             }
 #pragma unroll
             for (int m = 0; m < M; ++m) {
