@@ -347,7 +347,7 @@ struct Lay {
 
 // kda arena. The head (W, q̃, k̃, P, U, e^Γlast) is laid out as in the primary template; the scratch
 // is reused by lifetime (steps of intra_chunk):
-//   BETA (1-5) | G: Γ [64][KD] f32 (1-2), then T [64][65] f32 and the merge scratch (3) |
+//   BETA (1-5) | G: Γ log2(e) [64][KD] f32 (1-2), then T [64][65] f32 and the merge scratch (3) |
 //   SLF: f32 k, q, Γ·log2(e) slices [3][64][DSP] (2), then A [64][65] f32 (2-3), then T' hi, lo
 //   [2][64][CP] (3-5).
 // SLT: the tensor-core operands of one 16-channel slice (step 2), [336][TSP] mma type:
@@ -373,7 +373,7 @@ struct Lay<true, DIRECT> {
     static constexpr int SLT_ROWS = 48 * 3 + 96 * 2;
     static constexpr int SLT_BYTES = SLT_ROWS * TSP * 2;
     static constexpr int BETA = SCR;                            // β [64] f32
-    static constexpr int G = BETA + 256;                        // Γ [64][KD] f32
+    static constexpr int G = BETA + 256;                        // Γ log2(e) [64][KD] f32 (log2 units)
     static constexpr int TF = G;                                // T [64][65] f32
     static constexpr int TMP = TF + 64 * 65 * 4;                // merge [32][33] f32 (MSB)
     static constexpr int SLF = G + imax(64 * KD * 4, 64 * 65 * 4 + MSB);
