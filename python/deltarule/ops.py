@@ -19,6 +19,7 @@ pool is never copied. ``(S0, S1)`` is ``(K, V)`` for ``state_layout="kv"`` and `
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Optional
 
 import torch
@@ -31,6 +32,30 @@ MUTATES = ("o", "final_state", "state_pool", "checkpoints")
 
 def _ptr(t: Optional[Tensor]) -> int:
     return 0 if t is None else int(t.data_ptr())
+
+
+# Workspace bytes per (op, mode, backend, device, problem signature), from the native side. The
+# workspace itself is a torch tensor allocated per call on the launch stream: PyTorch's caching
+# allocator reuses it between eager calls (stream-ordered, so it is not reused before the launch
+# ran) and a captured CUDA graph keeps it in its memory pool. (Until session 6 the native side
+# kept one workspace per problem signature forever, which grew without bound when the token
+# counts varied from call to call.)
+_WS_BYTES: "OrderedDict[tuple, int]" = OrderedDict()
+_WS_CACHE_MAX = 1024
+
+
+def _workspace(op: str, mode: str, backend: str, native: tuple, device: torch.device) -> Tensor:
+    index = device.index or 0
+    key = (op, mode, backend, index, native)
+    need = _WS_BYTES.get(key)
+    if need is None:
+        need = int(_native.workspace_bytes(op, mode, backend, native, index)[1])
+        _WS_BYTES[key] = need
+        if len(_WS_BYTES) > _WS_CACHE_MAX:
+            _WS_BYTES.popitem(last=False)
+    else:
+        _WS_BYTES.move_to_end(key)
+    return torch.empty(max(need, 1), dtype=torch.uint8, device=device)
 
 
 def _make(name: str, op: str, mode: str):
@@ -83,7 +108,10 @@ def _make(name: str, op: str, mode: str):
             _ptr(checkpoints),
         ]
         stream = torch.cuda.current_stream(q.device).cuda_stream
-        _native.launch(op, mode, backend, spec.native(), ptrs, stream, q.device.index or 0)
+        native = spec.native()
+        ws = _workspace(op, mode, backend, native, q.device)
+        _native.launch(op, mode, backend, native, ptrs, stream, q.device.index or 0,
+                       int(ws.data_ptr()), int(ws.numel()))
 
     @impl.register_fake
     def fake(

@@ -13,7 +13,6 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
 fn to_py(e: Error) -> PyErr {
@@ -163,30 +162,36 @@ fn engine(device: usize) -> PyResult<Arc<Engine>> {
     Ok(e)
 }
 
-type WsKey = (usize, u64);
-
-fn workspaces() -> &'static Mutex<HashMap<WsKey, Workspace>> {
-    static W: OnceLock<Mutex<HashMap<WsKey, Workspace>>> = OnceLock::new();
-    W.get_or_init(|| Mutex::new(HashMap::new()))
+/// The rule a device launch of this problem would run and the workspace bytes it needs (compiles
+/// and loads the kernels on first use). The caller allocates the workspace (the torch ops take it
+/// from PyTorch's caching allocator: freed after eager calls, kept by a captured CUDA graph's
+/// memory pool) and passes it to `launch`.
+#[pyfunction]
+#[pyo3(signature = (op, mode, backend, desc, device))]
+fn workspace_bytes(
+    py: Python<'_>,
+    op: &str,
+    mode: &str,
+    backend: &str,
+    desc: Desc,
+    device: usize,
+) -> PyResult<(&'static str, usize)> {
+    let p = problem(op, mode, &desc)?;
+    let pref = Preference::parse(backend).map_err(to_py)?;
+    let e = engine(device)?;
+    py.detach(|| {
+        e.device_workspace(&p, pref)
+            .map(|(r, n)| (r.id, n))
+            .map_err(to_py)
+    })
 }
 
-/// A hash of everything that sizes the workspace. One workspace per (device, problem signature),
-/// never freed or moved, so a CUDA graph captured after an eager warm-up (on any stream: torch
-/// captures on its own side stream) keeps valid pointers. Two streams running the same problem
-/// signature at the same time would share it: serve one layer at a time per signature (what
-/// serving engines do) or give each stream its own problem sizes.
-fn signature(p: &Problem, backend: &str) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (p.op, p.mode, p.seqs, p.tokens, p.h, p.hv, p.k, p.v).hash(&mut h);
-    (p.initial, p.final_state, p.checkpoint_every, p.layout).hash(&mut h);
-    backend.hash(&mut h);
-    h.finish()
-}
-
-/// Launches one op on device tensors. Returns the id of the rule that ran.
+/// Launches one op on device tensors with the caller's workspace (`ws_ptr`, `ws_bytes`: device
+/// memory of at least `workspace_bytes(...)` bytes, 256-byte aligned, untouched by anything else
+/// until the launch has completed on `stream`). Returns the id of the rule that ran.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (op, mode, backend, desc, ptrs, stream, device))]
+#[pyo3(signature = (op, mode, backend, desc, ptrs, stream, device, ws_ptr=0, ws_bytes=0))]
 fn launch(
     py: Python<'_>,
     op: &str,
@@ -196,6 +201,8 @@ fn launch(
     ptrs: [u64; 13],
     stream: u64,
     device: usize,
+    ws_ptr: u64,
+    ws_bytes: usize,
 ) -> PyResult<&'static str> {
     let p = problem(op, mode, &desc)?;
     let pref = Preference::parse(backend).map_err(to_py)?;
@@ -215,14 +222,12 @@ fn launch(
         state_out: ptrs[11],
         checkpoints: ptrs[12],
     };
-    let key = (device, signature(&p, backend));
+    // SAFETY: the caller's contract above (deltarule.ops passes a torch tensor it keeps alive
+    // for the call; the allocator's stream ordering keeps it from reuse until the launch ran).
+    let mut ws = unsafe { Workspace::external(ws_ptr, ws_bytes) }.map_err(to_py)?;
     // the launch only enqueues work; release the GIL around it
     py.detach(|| {
-        let mut map = workspaces()
-            .lock()
-            .map_err(|_| PyRuntimeError::new_err("workspace registry lock poisoned"))?;
-        let ws = map.entry(key).or_default();
-        e.launch_device(&p, pref, &t, stream, ws)
+        e.launch_device(&p, pref, &t, stream, &mut ws)
             .map(|r| r.id)
             .map_err(to_py)
     })
@@ -352,6 +357,7 @@ fn rules_markdown() -> String {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch, m)?)?;
+    m.add_function(wrap_pyfunction!(workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(select, m)?)?;
     m.add_function(wrap_pyfunction!(run_host, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;

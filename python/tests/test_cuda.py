@@ -232,7 +232,7 @@ def test_cuda_graph_capture_and_replay_with_changed_offsets_and_inputs():
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        torch.ops.deltarule.gdn_prefill(*args)  # eager warm-up: compiles, reserves the workspace
+        torch.ops.deltarule.gdn_prefill(*args)  # eager warm-up: compiles, learns the workspace size
     torch.cuda.current_stream().wait_stream(s)
     d["state_pool"].copy_(pool0)
     graph = torch.cuda.CUDAGraph()
@@ -251,6 +251,28 @@ def test_cuda_graph_capture_and_replay_with_changed_offsets_and_inputs():
         eo, es = rel(o, ref["o"]), rel(d["state_pool"], ref["final_state"])
         note(f"graph replay {trial} cu={d['cu_seqlens'].tolist()}: o {eo:.2e}, pool {es:.2e}")
         assert eo <= TOL and es <= TOL
+
+
+def test_the_workspace_comes_from_torch_per_call_and_is_released():
+    # varying token counts must not pile up workspaces (session 6: the native side used to keep
+    # one per problem signature forever): each call takes it from torch's caching allocator
+    from deltarule import ops
+
+    for T in (130, 257, 400):
+        d = small_problem("gdn", T=T, N=2)
+        o = torch.empty(T, 4, 64, dtype=torch.bfloat16, device=DEV)
+        held = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        torch.ops.deltarule.gdn_prefill(*op_args("gdn", "prefill", d, o))
+        torch.cuda.synchronize()
+        need = [n for (op_, mode, be, dev, nat), n in ops._WS_BYTES.items()
+                if op_ == "gdn" and nat[0][0] == T]
+        assert need and need[-1] > 0, f"T={T}: no workspace size cached"
+        assert torch.cuda.max_memory_allocated() >= held + need[-1], f"T={T}: not from torch"
+        assert torch.cuda.memory_allocated() == held, f"T={T}: workspace not released"
+        assert torch.isfinite(o.float()).all()
+        del d, o
+    note("workspace: from torch per call, released after each of 3 token counts")
 
 
 def test_torch_compile_fullgraph():

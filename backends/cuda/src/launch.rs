@@ -22,7 +22,8 @@
 
 use crate::device::DeviceBuffer;
 use deltarule_core::{
-    BetaMode, DType, FinalState, Gate, InitialState, Kernel, Op, Problem, StateLayout,
+    BetaMode, DType, Error, FinalState, Gate, InitialState, Kernel, Op, Problem, Result,
+    StateLayout,
 };
 
 /// Kernel parameters, mirrored by `struct Params` in `kernels/common.cuh` (same order, C layout).
@@ -207,22 +208,56 @@ impl WorkspaceLayout {
 }
 
 /// Device scratch of the launches, sized at warm-up ([`CudaBackend::reserve`](crate::CudaBackend::reserve))
-/// and reused: a launch never allocates.
+/// and reused: a launch never allocates. Either owned (grown by `reserve`) or external: memory
+/// the caller owns (e.g. a PyTorch tensor from its caching allocator, which keeps it valid inside
+/// a captured CUDA graph and reuses it between calls), never grown or freed here.
 #[derive(Default)]
 pub struct Workspace {
     pub(crate) buf: Option<DeviceBuffer>,
+    ext: Option<(u64, usize)>,
 }
 
 impl Workspace {
     pub fn new() -> Self {
-        Workspace { buf: None }
+        Workspace::default()
+    }
+    /// A workspace over `bytes` bytes of caller-owned device memory at `ptr` (256-byte aligned;
+    /// a null pointer only with 0 bytes).
+    ///
+    /// # Safety
+    ///
+    /// `ptr .. ptr + bytes` must be device memory of the backend's context that stays allocated,
+    /// and is used by nothing else, until the launches given this workspace have completed on
+    /// their stream.
+    pub unsafe fn external(ptr: u64, bytes: usize) -> Result<Self> {
+        if (ptr == 0 && bytes > 0) || !ptr.is_multiple_of(256) {
+            return Err(Error::invalid(
+                "workspace",
+                "a 256-byte aligned device pointer",
+                format!("{ptr:#x} ({bytes} bytes)"),
+            ));
+        }
+        Ok(Workspace {
+            buf: None,
+            ext: Some((ptr, bytes)),
+        })
+    }
+    /// Whether the memory is the caller's (never grown here).
+    pub fn is_external(&self) -> bool {
+        self.ext.is_some()
     }
     /// Bytes held on the device.
     pub fn bytes(&self) -> usize {
-        self.buf.as_ref().map_or(0, |b| b.bytes())
+        match self.ext {
+            Some((_, n)) => n,
+            None => self.buf.as_ref().map_or(0, |b| b.bytes()),
+        }
     }
     pub(crate) fn base(&self) -> u64 {
-        self.buf.as_ref().map_or(0, |b| b.ptr())
+        match self.ext {
+            Some((p, _)) => p,
+            None => self.buf.as_ref().map_or(0, |b| b.ptr()),
+        }
     }
 }
 

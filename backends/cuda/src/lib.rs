@@ -229,6 +229,16 @@ impl CudaBackend {
         let layout = self.workspace_layout(kernel, p)?;
         self.module(Module::Varlen, &Self::defines(p))?;
         if ws.bytes() < layout.total {
+            if ws.is_external() {
+                return Err(Error::invalid(
+                    "workspace",
+                    format!(
+                        "at least {} bytes for {kernel} on this problem",
+                        layout.total
+                    ),
+                    format!("{} bytes", ws.bytes()),
+                ));
+            }
             ws.buf = None;
             ws.buf = Some(DeviceBuffer::alloc(&self.ctx, layout.total)?);
         }

@@ -148,25 +148,42 @@ impl Engine {
         stream: u64,
         ws: &mut Workspace,
     ) -> Result<&'static Rule> {
+        let (rule, cuda) = self.device_rule(p, pref)?;
+        cuda.reserve(ws, rule.kernel, p)?;
+        cuda.launch(rule.kernel, p, ptrs, stream, ws)?;
+        Ok(rule)
+    }
+
+    /// The row `launch_device` would run for `p` and the workspace bytes it needs (compiles and
+    /// loads the kernels): for callers that provide the workspace themselves
+    /// ([`Workspace::external`], e.g. from PyTorch's caching allocator).
+    #[cfg(feature = "cuda")]
+    pub fn device_workspace(
+        &self,
+        p: &Problem,
+        pref: Preference,
+    ) -> Result<(&'static Rule, usize)> {
+        let (rule, cuda) = self.device_rule(p, pref)?;
+        Ok((rule, cuda.workspace_layout(rule.kernel, p)?.total))
+    }
+
+    /// The CUDA row for device-resident tensors (`auto` means the best CUDA row).
+    #[cfg(feature = "cuda")]
+    fn device_rule(&self, p: &Problem, pref: Preference) -> Result<(&'static Rule, &CudaBackend)> {
         p.validate()?;
         let pref = match pref {
             Preference::Auto => Preference::Backend(BackendKind::Cuda),
             other => other,
         };
         let rule = self.select(p, pref, None).rule()?;
-        let cuda = match (&self.cuda, rule.backend) {
-            (Some(c), BackendKind::Cuda) => c,
-            (_, b) => {
-                return Err(deltarule_core::Error::invalid(
-                    "backend",
-                    "a CUDA row (the tensors are CUDA device memory)",
-                    format!("{} ({b})", rule.id),
-                ))
-            }
-        };
-        cuda.reserve(ws, rule.kernel, p)?;
-        cuda.launch(rule.kernel, p, ptrs, stream, ws)?;
-        Ok(rule)
+        match (&self.cuda, rule.backend) {
+            (Some(c), BackendKind::Cuda) => Ok((rule, c.as_ref())),
+            (_, b) => Err(deltarule_core::Error::invalid(
+                "backend",
+                "a CUDA row (the tensors are CUDA device memory)",
+                format!("{} ({b})", rule.id),
+            )),
+        }
     }
 
     /// The CUDA backend, when present.

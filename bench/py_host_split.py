@@ -1,0 +1,59 @@
+"""bench/py_host_split.py: host time per call of the pieces of a torch-op call (gdn 16/32, 1x8192
+and 1x512, K = V = 128): the whole op, the workspace tensor alone, the workspace-size lookup, the
+spec build, and the native launch alone. Prints microseconds per call (mean of 200)."""
+import time
+
+import torch
+
+import deltarule  # noqa: F401
+from deltarule import _native, _spec, ops
+
+DEV = "cuda"
+
+
+def timeit(f, n=200):
+    for _ in range(10):
+        f()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        f()
+    dt = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    return dt
+
+
+for T in (8192, 512):
+    H, HV, K = 16, 32, 128
+    q = torch.randn(T, H, K, device=DEV).bfloat16()
+    k = torch.nn.functional.normalize(torch.randn(T, H, K, device=DEV), dim=-1).bfloat16()
+    v = torch.randn(T, HV, K, device=DEV).bfloat16()
+    g = torch.nn.functional.logsigmoid(3 + torch.randn(T, HV, device=DEV))
+    beta = torch.sigmoid(torch.randn(T, HV, device=DEV))
+    cu = torch.tensor([0, T], dtype=torch.int32, device=DEV)
+    h0 = torch.randn(1, HV, K, K, device=DEV)
+    o = torch.empty(T, HV, K, dtype=torch.bfloat16, device=DEV)
+    fin = torch.empty_like(h0)
+    args = (q, k, v, g, beta, cu, o, h0, fin, None, None, None, None, None, 0.0, False, "log", -5.0,
+            "prob", "vk", 0, "auto")
+    f = torch.ops.deltarule.gdn_prefill
+    whole = timeit(lambda: f(*args))
+    spec = _spec.cached_spec("gdn", "prefill", (q, k, v, g, beta, cu, o, h0, fin, None, None, None,
+                                                 None, None), (0.0, False, "log", -5.0, "prob", "vk", 0))
+    nat = spec.native()
+    need = _native.workspace_bytes("gdn", "prefill", "auto", nat, 0)[1]
+    t_spec = timeit(lambda: _spec.cached_spec("gdn", "prefill", (q, k, v, g, beta, cu, o, h0, fin, None,
+                                                                  None, None, None, None),
+                                              (0.0, False, "log", -5.0, "prob", "vk", 0)))
+    t_empty = timeit(lambda: torch.empty(need, dtype=torch.uint8, device=DEV))
+    t_wsb = timeit(lambda: _native.workspace_bytes("gdn", "prefill", "auto", nat, 0))
+    t_wsc = timeit(lambda: ops._workspace("gdn", "prefill", "auto", nat, q.device))
+    ws = torch.empty(need, dtype=torch.uint8, device=DEV)
+    ptrs = [q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(), cu.data_ptr(), 0,
+            0, h0.data_ptr(), 0, o.data_ptr(), fin.data_ptr(), 0]
+    stream = torch.cuda.current_stream().cuda_stream
+    t_launch = timeit(lambda: _native.launch("gdn", "prefill", "auto", nat, ptrs, stream, 0,
+                                             ws.data_ptr(), need))
+    print(f"1x{T}: whole op {whole:.1f} us; cached_spec {t_spec:.1f}; torch.empty({need >> 20} MiB) "
+          f"{t_empty:.1f}; workspace_bytes (native) {t_wsb:.1f}; _workspace (cached) {t_wsc:.1f}; "
+          f"native launch {t_launch:.1f}")
