@@ -421,3 +421,28 @@ fn the_readme_table_matches_the_rules() {
         "README rules table is stale: DELTARULE_BLESS=1 cargo test -p deltarule-tests --test rules"
     );
 }
+
+#[test]
+fn auto_splits_prefill_while_the_workspace_is_bounded_then_fuses() {
+    // session 6 (H200): small-bh was as fast as or faster than the fused kernel on every
+    // many-pair shape measured, so auto takes it up to 16 Ki (chunk, value head) workspace blocks
+    let devices = vec![cpu(), DeviceState::Available(cuda_caps(9, 0, 132))];
+    let pick = |op: Op, seqs: usize, len: usize, hv: usize| {
+        let mut p = Problem::new(op, Mode::Prefill, seqs, seqs * len, hv / 2, hv, 128, 128);
+        p.initial = InitialState::Dense;
+        let sel = select(&p, &devices, Preference::Auto, Some(len));
+        let id = sel.chosen.map(|r| r.id).unwrap_or("none");
+        (id, sel.explain().join("\n"))
+    };
+    // few pairs: split whatever the length (1 x 32768 at HV 32 is already past the block bound)
+    assert_eq!(pick(Op::Gdn, 1, 32768, 32).0, "cuda.gdn.prefill.small-bh");
+    assert_eq!(pick(Op::Gdn, 1, 1 << 20, 32).0, "cuda.gdn.prefill.small-bh");
+    // many pairs, bounded workspace: split
+    assert_eq!(pick(Op::Gdn, 16, 1024, 32).0, "cuda.gdn.prefill.small-bh");
+    assert_eq!(pick(Op::Kda, 256, 64, 32).0, "cuda.kda.prefill.small-bh");
+    // many pairs beyond the bound: fused, and the split row says why it was passed over
+    let (id, why) = pick(Op::Gdn, 512, 1024, 32);
+    assert_eq!(id, "cuda.gdn.prefill.chunked");
+    assert!(why.contains("workspace blocks"), "{why}");
+    assert_eq!(pick(Op::Kda, 512, 1024, 32).0, "cuda.kda.prefill.chunked");
+}

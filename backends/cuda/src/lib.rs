@@ -741,6 +741,26 @@ mod tests {
     }
 
     #[test]
+    fn external_workspaces_are_checked_and_never_owned() {
+        use crate::launch::Workspace;
+        // SAFETY (all three): the workspaces are only inspected, never launched with.
+        let w = unsafe { Workspace::external(0x1_0000, 4096) }.expect("aligned");
+        assert!(w.is_external());
+        assert_eq!((w.bytes(), w.base()), (4096, 0x1_0000));
+        assert!(
+            unsafe { Workspace::external(0x1_0010, 4096) }.is_err(),
+            "not 256-byte aligned"
+        );
+        assert!(
+            unsafe { Workspace::external(0, 4096) }.is_err(),
+            "null with bytes"
+        );
+        let empty = unsafe { Workspace::external(0, 0) }.expect("an empty external workspace");
+        assert_eq!(empty.bytes(), 0);
+        assert!(!Workspace::new().is_external());
+    }
+
+    #[test]
     fn q_k_v_pointers_must_be_16_byte_aligned() {
         let p = prefill(1, 4, 8);
         let ptrs = DevicePtrs {
