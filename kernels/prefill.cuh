@@ -415,10 +415,31 @@ struct WLay {
     static constexpr int BLOCK = U + 64 * VD * 4;
 };
 // Offset (floats) of U[t][v] in the Uᵀ fragment order above.
-__device__ __forceinline__ int ut_off(int t, int v) {
+__host__ __device__ constexpr int ut_off(int t, int v) {
     const int g = v & 7, h = (v >> 3) & 1, q = (t >> 1) & 3, j = t & 1;
     return (((v >> 4) * 8 + (t >> 3)) * 32 + g * 4 + q) * 4 + 2 * h + j;
 }
+// The intra stage stores U from mma accumulators of 16x8 tiles (rows r0 + lane / 4, + 8;
+// columns c0 + 2 (lane % 4), + 1) as pairs of tokens (t, t + 1) after a lane swap: lane l keeps
+// (t, v) = (r0 + (l / 4 & ~1), c0 + 2 (l % 4) + (l / 4 & 1)) and the row 8 below. Its offset splits
+// into a tile part and a lane part (no per-store arithmetic on both), checked against ut_off below.
+__host__ __device__ constexpr int ut_tile(int r0, int c0) {
+    return ((c0 >> 4) * 8 + (r0 >> 3)) * 128 + 2 * ((c0 >> 3) & 1);
+}
+__host__ __device__ constexpr int ut_lane(int lane) {
+    return (2 * (lane & 3) + ((lane >> 2) & 1)) * 16 + (lane >> 3) * 4;
+}
+constexpr bool ut_split_matches() {
+    for (int r0 = 0; r0 < 64; r0 += 16)
+        for (int c0 = 0; c0 < VD; c0 += 8)
+            for (int l = 0; l < 32; ++l) {
+                const int t = r0 + ((l >> 2) & ~1), v = c0 + 2 * (l & 3) + ((l >> 2) & 1);
+                if (ut_off(t, v) != ut_tile(r0, c0) + ut_lane(l) || ut_off(t + 8, v) != ut_off(t, v) + 128)
+                    return false;
+            }
+    return true;
+}
+static_assert(ut_split_matches(), "U's store offsets (ut_tile + ut_lane) must be ut_off's");
 
 // --------------------------------------------------------------------------------- intra stage
 // Computes the state-independent products of the chunk [t0, t0 + L) of value head hv into the
@@ -1174,18 +1195,17 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         // g and g + 1 (lane ^ 4) swap one value each, then each stores two 8-byte pairs (to the
         // staging area, or straight to the workspace). Lane l of an even row g holds (t, v) =
         // (r, c) and (r, c + 1) and keeps (r, c), (r + 1, c); the odd row's lane keeps (r - 1,
-        // c + 1), (r, c + 1). Offsets without branches: ut_off(16 a + (g & ~1), 8 b + 2 (l & 3) +
-        // (g & 1)) = tile part + lane part, and row + 8 is +128 floats. (Session 6: the branchy
-        // form, divergent on g's parity, ran ~40 integer instructions per store and took a tenth
-        // of gdn's intra stall samples.)
-        [[maybe_unused]] const int gq = lane >> 2, odd = gq & 1;
-        [[maybe_unused]] const int lpart = (2 * (lane & 3) + odd) * 16 + (gq >> 1) * 4;
+        // c + 1), (r, c + 1). Offsets without branches: ut_tile + ut_lane (checked against ut_off
+        // at compile time), and row + 8 is +128 floats. (Session 6: the branchy form, divergent
+        // on g's parity, ran ~40 integer instructions per store and took a tenth of gdn's intra
+        // stall samples.)
+        [[maybe_unused]] const int odd = (lane >> 2) & 1, lpart = ut_lane(lane);
 #pragma unroll
         for (int i = 0; i < TU::PER; ++i) {
             if (DIRECT) {
                 float* U = LY::USTAGE ? (float*)(sm + LY::USG) : (float*)(wdst + WLay::U);
                 const int idx = warp * TU::PER + i, r0 = (idx / TU::NT) * 16, c0 = (idx % TU::NT) * 8;
-                const int o = ((c0 >> 4) * 8 + (r0 >> 3)) * 128 + 2 * ((c0 >> 3) & 1) + lpart;
+                const int o = ut_tile(r0, c0) + lpart;
                 const float x0 = __shfl_xor_sync(0xffffffffu, odd ? acc[i][0] : acc[i][1], 4);
                 const float x1 = __shfl_xor_sync(0xffffffffu, odd ? acc[i][2] : acc[i][3], 4);
                 *(float2*)(U + o) = odd ? make_float2(x0, acc[i][1]) : make_float2(acc[i][0], x0);
