@@ -31,5 +31,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_prefill_state64(const P
 }
 #endif
 
+#if HAS_STATE_WG
+// The wgmma variant (sm_90a, K in {64, 128}, V >= 64): grid (V / 64, HV, N), 160 threads (one
+// warpgroup and a fetch warp), shared GLay::TOTAL; W, q̃, k̃ and P through the tensor maps in `tm`.
+extern "C" __global__ void __launch_bounds__(160, 1) kda_prefill_statewg(const Params p,
+                                                                         const __grid_constant__ TmapPair tm) {
+    smallbh_state_wg<true>(p, tm);
+}
+#endif
+
 // The size table the host reads (prefill.cuh, PREFILL_SIZES).
-extern "C" __device__ int kda_prefill_sizes[9] = PREFILL_SIZES(true);
+extern "C" __device__ int kda_prefill_sizes[11] = PREFILL_SIZES(true);

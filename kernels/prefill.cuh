@@ -133,6 +133,9 @@ __device__ __forceinline__ void mbar_init_fence() {
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 __device__ __forceinline__ void mbar_arrive_expect(u64* bar, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
                  : "memory");
@@ -1558,6 +1561,39 @@ __device__ __forceinline__ void mma_step_n64(float (&acc)[8][4], const uint4& a,
         mma16816(acc[2 * np + 1], a.x, a.y, a.z, a.w, b2, b3);
     }
 }
+// Stores o rows t0 + [0, L) of V columns [vw, vw + 16) from oᵀ accumulators (8 tiles of 16 V rows
+// x 8 tokens, this lane's mma layout): oᵀ's 8x8 blocks (v, t) are transposed in registers
+// (movmatrix) so that each lane stores two adjacent V columns of one token (16-bit outputs; f32
+// one by one).
+__device__ __forceinline__ void store_o_t(const Params& p, const float (&accO)[8][4], int t0, int L, int hv,
+                                          int vw) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int rs = p.HV * VD;  // elements from one token to the next
+    const i64 obase = ((i64)t0 * p.HV + hv) * VD + vw;
+    if (p.out_dt == DT_F32) {
+        float* ob = (float*)p.o + obase;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int t = 8 * nt + 2 * q + (e & 1);
+                if (t < L) ob[t * rs + g + 8 * (e >> 1)] = accO[nt][e];
+            }
+        }
+    } else {
+        u16* ob = (u16*)p.o + obase + g * rs + 2 * q;
+        const bool bf = p.out_dt == DT_BF16;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float x = accO[nt][2 * h], y = accO[nt][2 * h + 1];
+                const u32 wd = movm_t(bf ? pack_bf16x2(x, y) : pack_f16x2(x, y));
+                if (8 * nt + g < L) *(u32*)(ob + 8 * nt * rs + 8 * h) = wd;
+            }
+        }
+    }
+}
 // Diagnosis (DELTARULE_CUDA_PROBE bit 1): only the first NST - 1 chunks are fetched (results
 // wrong: the pass's time without its copies). Measured alternatives to the two bulk copies (session
 // 4, bench/NOTES.md): 8 bulk copies and per-thread cp.async, both slower.
@@ -1569,7 +1605,7 @@ __device__ void smallbh_state(const Params& p) {
     extern __shared__ __align__(16) char sm[];
     constexpr int NTS = KD / 8;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, q = lane & 3;
+    const int q = lane & 3;
     const bool is_state = warp < NW;
     const int w = is_state ? warp : warp - NW;  // warp pair
     const int v0 = blockIdx.x * VT, hv = blockIdx.y, n = blockIdx.z;
@@ -1681,53 +1717,321 @@ __device__ void smallbh_state(const Params& p) {
             // oᵀ += V_newᵀ Pᵀ
 #pragma unroll
             for (int kt = 0; kt < 4; ++kt) mma_step_n64<CP>(accO, Vfr[kt * 32 + lane], sP + bn_cp + 32 * kt);
-            // o rows < L: oᵀ's 8x8 blocks (v, t) transposed in registers (movmatrix) so that each
-            // lane stores two adjacent V columns of one token (16-bit outputs; f32 one by one)
             const int t0 = (int)bos + c * CH;
-            const int L = imin(CH, len - c * CH);
-            const int rs = p.HV * VD;  // elements from one token to the next
-            const i64 obase = ((i64)t0 * p.HV + hv) * VD + vw;
-            if (p.out_dt == DT_F32) {
-                float* ob = (float*)p.o + obase;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int t = 8 * nt + 2 * q + (e & 1);
-                        if (t < L) ob[t * rs + g + 8 * (e >> 1)] = accO[nt][e];
-                    }
-                }
-            } else {
-                u16* ob = (u16*)p.o + obase + g * rs + 2 * q;
-                const bool bf = p.out_dt == DT_BF16;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const float x = accO[nt][2 * h], y = accO[nt][2 * h + 1];
-                        const u32 wd = movm_t(bf ? pack_bf16x2(x, y) : pack_f16x2(x, y));
-                        if (8 * nt + g < L) *(u32*)(ob + 8 * nt * rs + 8 * h) = wd;
-                    }
-                }
-            }
+            store_o_t(p, accO, t0, imin(CH, len - c * CH), hv, vw);
         }
     }
     const i64 row = final_row(p, n);
     if (is_state && row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
 }
 
+// ------------------------------------------------------------ small-bh state pass, wgmma (v8)
+// The v7 pass (above) on Hopper's warpgroup MMA: one warpgroup (4 warps, 128 threads) per 64 V
+// columns, each warp keeping its 16 rows of Sᵀ in f32 accumulators exactly as in v7 (the wgmma
+// m64nNk16 accumulator and register-A layouts are four mma.m16n8k16 layouts stacked by warp), so
+// load_state_r, s_frag, the V_new packing and store_o_t are shared. The B operands are read by
+// the tensor cores from shared memory through matrix descriptors, once per warpgroup (v7: every
+// warp read every fragment with ldmatrix and issued 16x8 products one by one):
+//   (W·S)ᵀ = Sᵀ Wᵀ and (q̃·S)ᵀ = Sᵀ q̃ᵀ    m64n64k16 x KD/16 each, B K-major (W, q̃ rows = tokens)
+//   V_newᵀ = Uᵀ - (W·S)ᵀ                   registers (bf16 A fragments, as v7)
+//   Sᵀ <- Sᵀ diag(e^Γlast) + V_newᵀ k̃     m64n{KD}k16 x 4, B = k̃ [token][channel]: N-major
+//   oᵀ = (q̃·S)ᵀ + V_newᵀ Pᵀ               m64n64k16 x 4, B = P [i][j]: K-major
+// The workspace block is the intra kernel's (padded rows); the tensor memory accelerator copies
+// W, q̃, k̃ (one box of 64 channels x 192 rows per 64 channels) and P (64 x 64) into the 128-byte
+// swizzled layout the descriptors name (rows of 128 B, 16-byte units XORed with row % 8, atoms of
+// 8 rows = 1024 B, hence 1024-byte aligned stages), e^Γlast and the tile's Uᵀ come by plain bulk
+// copies, NST - 1 chunks ahead, all completing on one mbarrier per stage.
+// sm_90a only (wgmma); K in {64, 128} (128-byte rows of 64 channels), V >= 64.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && HEAD_V >= 64 && (HEAD_K == 64 || HEAD_K == 128)
+#define HAS_STATE_WG 1
+#else
+#define HAS_STATE_WG 0
+#endif
+// The two tensor maps of the wgmma state pass (host: cuTensorMapEncodeTiled per launch, the
+// workspace address is the caller's): `wqk` views the blocks' W, q̃, k̃ rows as a 3-d tensor
+// [blocks][192 rows, KP * 2 bytes apart][KD channels], `p` their P as [blocks][64][64 (CP)].
+struct __align__(64) TmapPair {
+    unsigned long long wqk[16];
+    unsigned long long p[16];
+};
+struct GLay {
+    static constexpr int NB = KD / 64;           // 64-channel boxes of W, q̃, k̃
+    static constexpr int BOX = 192 * 128;        // rows W 0-63, q̃ 64-127, k̃ 128-191, 128 B each
+    static constexpr int PB = NB * BOX;          // P [64][64], 128 B rows
+    static constexpr int GL = PB + 64 * 128;     // e^Γlast [KD] f32
+    static constexpr int U = GL + KD * 4;        // the tile's Uᵀ fragments (4 panels of 16 V columns)
+    static constexpr int TX = U + 64 * 64 * 4;   // bytes one stage receives
+    static constexpr int STAGE = (TX + 1023) / 1024 * 1024;
+    static constexpr int NST = 3;
+    static constexpr int MB = NST * STAGE;       // mbarriers: NST "full" (the copies landed), NST
+                                                 // "empty" (the warpgroup is done with the stage)
+    static constexpr int TOTAL = MB + 2 * NST * 8 + 1024;  // (+ slack to align the base to 1024 B)
+    static_assert(TOTAL <= 232448, "shared memory of the wgmma state pass");
+};
+#if HAS_STATE_WG
+#if MMA_F16
+#define WG_TY "f16"
+#else
+#define WG_TY "bf16"
+#endif
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads of asynchronously written accumulators above the wait
+// (an empty asm that "redefines" each register after it).
+template <int T>
+__device__ __forceinline__ void wg_fence_acc(float (&d)[T][4]) {
+#pragma unroll
+    for (int i = 0; i < T; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+// Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte
+// offsets (PTX ISA, wgmma matrix descriptor: bits 0-13, 16-29, 32-45 in 16-byte units; 62-63 = 1).
+// K-major B: rows of 64 elements (128 B), SBO = 1024 (the next 8 rows); the k step's 32 bytes are
+// added to the start address. N-major B: SBO = 1024 (the next 8 k rows), LBO = the distance to
+// the next 64 N elements.
+__device__ __forceinline__ u64 desc_sw128(u32 saddr, u32 lbo, u32 sbo) {
+    return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) |
+           ((u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void tma_load_3d(void* smem, const void* tmap, int x, int y, int z, u64* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+        "%4}], [%5];\n" ::"r"(smem_addr(smem)),
+        "l"(tmap), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
+        : "memory");
+}
+// d (64 x 64: 8 n8 tiles of 4 f32 a thread, the mma.sync accumulator layout per warp) +=
+// A (this lane's fragment of its warp's 16 rows) x B (descriptor db; TB = 1: B stored N-major).
+// scale_d = 0 overwrites d.
+template <int TB>
+__device__ __forceinline__ void wgmma_n64(float (&d)[8][4], const uint4& a, u64 db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_TY "." WG_TY " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(scale_d), "n"(TB));
+}
+// d (64 x 128: 16 n8 tiles of 4 f32 a thread, the mma.sync accumulator layout per warp) +=
+// A (this lane's fragment of its warp's 16 rows) x B (descriptor db; TB = 1: B stored N-major).
+// scale_d = 0 overwrites d.
+template <int TB>
+__device__ __forceinline__ void wgmma_n128(float (&d)[16][4], const uint4& a, u64 db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." WG_TY "." WG_TY " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(scale_d), "n"(TB));
+}
+
+// The update's product: N = KD.
+template <int TB>
+__device__ __forceinline__ void wgmma_nk(float (&d)[KD / 8][4], const uint4& a, u64 db, int scale_d) {
+#if HEAD_K == 128
+    wgmma_n128<TB>(d, a, db, scale_d);
+#else
+    wgmma_n64<TB>(d, a, db, scale_d);
+#endif
+}
+
+// State kernel: grid (VD / 64, HV, N), 160 threads, dynamic shared memory GLay::TOTAL. Warps 0-3
+// (the warpgroup) carry the state; warp 4 only fetches (lane 0 issues the copies of chunk c into
+// stage c % NST once the warpgroup has released the stage: an "empty" mbarrier per stage, one
+// arrival per warp; a named barrier there raced and hung, as the warpgroup may release several
+// stages before the fetch warp waits), so the warpgroup never waits on a block barrier. (s7a/s7b: with the fetch issued by thread 0
+// after a block barrier, one chunk took ~2,250 cycles, of which the loop head and the first
+// product's wait for the warpgroup ~650; its tensor work is ~900 cycles.) q̃·S runs while V_new
+// is packed. Issuing chunk c + 1's products before chunk c's o stores (so that they overlap)
+// made ptxas serialise every wgmma (C7514: groups in flight across the loop's back edge while
+// accumulators are read); not done.
+template <bool KDA>
+__device__ void smallbh_state_wg(const Params& p, const TmapPair& tm) {
+    extern __shared__ __align__(16) char smraw[];
+    char* sm = smraw + ((1024u - (smem_addr(smraw) & 1023u)) & 1023u);
+    constexpr int NST = GLay::NST;
+    // (warp, len and nch broadcast from lane 0: ptxas then knows them warp-uniform; branches on
+    // values it cannot prove uniform made it serialise every wgmma, C7518)
+    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31, q = lane & 3;
+    const int v0 = blockIdx.x * 64, hv = blockIdx.y, n = blockIdx.z;
+    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
+    const int len = __shfl_sync(0xffffffffu, (int)(eos - bos), 0);
+    const int r0 = p.chunk_offsets[n];
+    const int nch = __shfl_sync(0xffffffffu, p.chunk_offsets[n + 1] - r0, 0);
+    u64* bars = (u64*)(sm + GLay::MB);
+    u64* empty = bars + NST;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NST; ++s) {
+            mbar_init(bars + s, 1);
+            mbar_init(empty + s, 4);  // lane 0 of each warpgroup warp
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();  // barriers initialised (the only block-wide barrier)
+    if (warp == 4) {  // the fetch warp
+        if (lane == 0) {
+            for (int c = 0; c < nch; ++c) {
+                if (c >= NST) {
+                    // the warpgroup is done with chunk c - NST's stage
+                    mbar_wait(empty + c % NST, (c / NST - 1) & 1);
+                    if (FETCH_NONE) continue;
+                    fence_proxy_async();
+                }
+                const int blk = (r0 + c) * p.HV + hv;
+                char* st = sm + (c % NST) * GLay::STAGE;
+                u64* bar = bars + c % NST;
+                mbar_arrive_expect(bar, GLay::TX);
+#pragma unroll
+                for (int b = 0; b < GLay::NB; ++b) tma_load_3d(st + b * GLay::BOX, tm.wqk, 64 * b, 0, blk, bar);
+                tma_load_3d(st + GLay::PB, tm.p, 0, 0, blk, bar);
+                const char* src = (const char*)p.work + (i64)blk * WLay::BLOCK;
+                bulk_g2s(st + GLay::GL, src + WLay::GL, KD * 4, bar);
+                bulk_g2s(st + GLay::U, src + WLay::U + v0 * 64 * 4, 64 * 64 * 4, bar);
+            }
+        }
+        return;
+    }
+    const int vw = v0 + 16 * warp;  // this warp's 16 rows of Sᵀ
+    float accS[KD / 8][4];
+    load_state_r(p, accS, initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, vw);
+    uint4 sf[KD / 16];  // bf16(Sᵀ) A fragments of the state entering the chunk being issued
+#pragma unroll
+    for (int ks = 0; ks < KD / 16; ++ks) sf[ks] = s_frag(accS, ks);
+    // (uninitialised: the first k step overwrites them, scale_d = 0; zeroing them by
+    // instructions that the compiler may sink between the products made ptxas wait for the
+    // first group before issuing the second)
+    float accW[8][4], accO[8][4];
+    // Issues (W·S)ᵀ -> accW of chunk c (one group), after waiting for its stage.
+    auto issue_w = [&](int c) {
+        if (!(FETCH_NONE && c >= NST)) mbar_wait(bars + c % NST, (c / NST) & 1);
+        const u32 sb = smem_addr(sm + (c % NST) * GLay::STAGE);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < KD / 16; ++ks)
+            wgmma_n64<0>(accW, sf[ks], desc_sw128(sb + (ks >> 2) * GLay::BOX + 32 * (ks & 3), 16, 1024), ks > 0);
+        wg_commit();
+    };
+    // Issues (q̃·S)ᵀ -> accO of chunk c (one group).
+    auto issue_q = [&](int c) {
+        const u32 sb = smem_addr(sm + (c % NST) * GLay::STAGE);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < KD / 16; ++ks)
+            wgmma_n64<0>(accO, sf[ks], desc_sw128(sb + (ks >> 2) * GLay::BOX + 64 * 128 + 32 * (ks & 3), 16, 1024),
+                         ks > 0);
+        wg_commit();
+    };
+    // Completes chunk c (both groups of it issued): V_new, the state update and oᵀ = (q̃·S)ᵀ +
+    // V_newᵀ Pᵀ in accO; releases the stage; S_{c+1}'s fragments into sf.
+    // This lane's Uᵀ fragments of chunk c (loaded while the products are issued: the packing
+    // below then waits only for W·S).
+    auto load_u = [&](int c, float4 (&u)[8]) {
+        const float4* Ut = (const float4*)(sm + (c % NST) * GLay::STAGE + GLay::U) + warp * 256;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) u[i] = Ut[i * 32 + lane];
+    };
+    auto finish = [&](int c, const float4 (&u)[8]) {
+        const char* st = sm + (c % NST) * GLay::STAGE;
+        const u32 sb = smem_addr(st);
+        wg_wait<1>();  // (W·S)ᵀ done; (q̃·S)ᵀ may still run
+        wg_fence_acc(accW);
+        // V_newᵀ = Uᵀ - (W·S)ᵀ as bf16 A fragments, one per 16-token step
+        uint4 av[4];
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {
+            const float4 u0 = u[2 * kt], u1 = u[2 * kt + 1];
+            av[kt] = make_uint4(pack_mma(u0.x - accW[2 * kt][0], u0.y - accW[2 * kt][1]),
+                                pack_mma(u0.z - accW[2 * kt][2], u0.w - accW[2 * kt][3]),
+                                pack_mma(u1.x - accW[2 * kt + 1][0], u1.y - accW[2 * kt + 1][1]),
+                                pack_mma(u1.z - accW[2 * kt + 1][2], u1.w - accW[2 * kt + 1][3]));
+        }
+        // Sᵀ <- Sᵀ diag(e^Γlast) + V_newᵀ k̃; oᵀ += V_newᵀ Pᵀ (gdn: one decay for every channel)
+        const float* GLs = (const float*)(st + GLay::GL);
+#pragma unroll
+        for (int nt = 0; nt < KD / 8; ++nt) {
+            const float2 gl = KDA ? *(const float2*)(GLs + 8 * nt + 2 * q) : make_float2(GLs[0], GLs[0]);
+            accS[nt][0] *= gl.x;
+            accS[nt][1] *= gl.y;
+            accS[nt][2] *= gl.x;
+            accS[nt][3] *= gl.y;
+        }
+        wg_fence();
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt)
+            wgmma_nk<1>(accS, av[kt], desc_sw128(sb + 128 * 128 + 2048 * kt, GLay::BOX, 1024), 1);
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) wgmma_n64<0>(accO, av[kt], desc_sw128(sb + GLay::PB + 32 * kt, 16, 1024), 1);
+        wg_commit();
+        wg_wait<0>();
+        wg_fence_acc(accS);
+        wg_fence_acc(accO);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + c % NST);  // the stage may be refilled
+#pragma unroll
+        for (int ks = 0; ks < KD / 16; ++ks) sf[ks] = s_frag(accS, ks);
+    };
+    // o of chunk c from accO, then the checkpoint after it (accS = S_{c+1}).
+    auto emit = [&](int c) {
+        const int L = imin(CH, len - c * CH);
+        store_o_t(p, accO, (int)bos + c * CH, L, hv, vw);
+        const i64 pos = (i64)(c + 1) * CH;
+        if (L == CH && p.ck_every > 0 && pos % p.ck_every == 0) {
+            const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
+            store_state_r(p, accS, p.checkpoints, p.s_out_dt, slot, vw);
+        }
+    };
+    for (int c = 0; c < nch; ++c) {
+        float4 u[8];
+        issue_w(c);
+        load_u(c, u);
+        issue_q(c);
+        finish(c, u);
+        emit(c);
+    }
+    const i64 row = final_row(p, n);
+    if (row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
+}
+#endif  // HAS_STATE_WG
+
 // The size table of a prefill module, read by the host once per loaded module (cuModuleGetGlobal):
 // dynamic shared memory of the fused kernel, of the small-bh state kernel, the workspace block per
 // (chunk, head), the dynamic shared memory of the small-bh intra kernel, the threads of the
 // small-bh state kernel, the dynamic shared memory and threads of its 16-column variant, and of
-// its 64-column variant (0 where V < 64: no such kernel). Each .cu file defines
-// `{op}_prefill_sizes[9] = PREFILL_SIZES(KDA)`.
+// its 64-column variant (0 where V < 64: no such kernel), and of the wgmma variant (0 where it is
+// not compiled: not sm_90a, K not 64 or 128, or V < 64). Each .cu file defines
+// `{op}_prefill_sizes[11] = PREFILL_SIZES(KDA)`.
 #if HEAD_V >= 64
 #define PREFILL_SIZES64(KDA) RLay<64>::TOTAL, 256
 #else
 #define PREFILL_SIZES64(KDA) 0, 0
 #endif
+#if HAS_STATE_WG
+#define PREFILL_SIZES_WG GLay::TOTAL, 160
+#else
+#define PREFILL_SIZES_WG 0, 0
+#endif
 #define PREFILL_SIZES(KDA)                                                                          \
     {Lay<KDA>::TOTAL, RLay<32>::TOTAL, WLay::BLOCK, Lay<KDA, true>::TOTAL, 128, RLay<16>::TOTAL, 64, \
-     PREFILL_SIZES64(KDA)}
+     PREFILL_SIZES64(KDA), PREFILL_SIZES_WG}
 

@@ -62,9 +62,10 @@ pub struct Loaded {
     funcs: Vec<(&'static str, sys::CUfunction)>,
     /// Prefill modules: [fused shared bytes, small-bh state shared bytes, workspace block bytes
     /// per (chunk, value head), small-bh intra shared bytes, small-bh state threads, the shared
-    /// bytes and threads of the 16-column state variant, and of the 64-column one (0 when the
-    /// module has none: V < 64)].
-    pub sizes: [i32; 9],
+    /// bytes and threads of the 16-column state variant, of the 64-column one (0 when the
+    /// module has none: V < 64), and of the wgmma one (0 when not compiled: not sm_90a, K not 64
+    /// or 128, or V < 64)].
+    pub sizes: [i32; 11],
 }
 
 // SAFETY: module and function handles are plain driver handles, valid in any thread that binds
@@ -108,18 +109,18 @@ pub fn load(
     let mut loaded = Loaded {
         module: m,
         funcs: Vec::new(),
-        sizes: [0; 9],
+        sizes: [0; 11],
     };
     if let Some(sym) = module.sizes_symbol() {
         let c = CString::new(sym).map_err(|e| drv("symbol name", e))?;
-        // SAFETY: the symbol is a 36-byte `int[9]` defined by the module.
+        // SAFETY: the symbol is a 44-byte `int[11]` defined by the module.
         let (ptr, bytes) = unsafe { result::module::get_global(m, c) }
             .map_err(|e| drv(&format!("cuModuleGetGlobal({sym})"), e))?;
-        if bytes != 36 {
-            return Err(drv("size table", format!("{bytes} bytes, expected 36")));
+        if bytes != 44 {
+            return Err(drv("size table", format!("{bytes} bytes, expected 44")));
         }
-        let mut sizes = [0i32; 9];
-        // SAFETY: copies the 36 bytes of the symbol into `sizes` (load time only, not per call).
+        let mut sizes = [0i32; 11];
+        // SAFETY: copies the 44 bytes of the symbol into `sizes` (load time only, not per call).
         unsafe { result::memcpy_dtoh_sync(&mut sizes[..], ptr) }
             .map_err(|e| drv("read size table", e))?;
         loaded.sizes = sizes;
@@ -128,7 +129,8 @@ pub fn load(
         .max(loaded.sizes[1])
         .max(loaded.sizes[3])
         .max(loaded.sizes[5])
-        .max(loaded.sizes[7]);
+        .max(loaded.sizes[7])
+        .max(loaded.sizes[9]);
     if dynamic > max_smem {
         return Err(Error::unsupported(
             BackendKind::Cuda,
@@ -139,6 +141,9 @@ pub fn load(
     for &name in module.entry_points() {
         if name.ends_with("_state64") && loaded.sizes[8] == 0 {
             continue; // (V < 64: the module has no 64-column state pass)
+        }
+        if name.ends_with("_statewg") && loaded.sizes[9] == 0 {
+            continue; // (not compiled for this arch or these head dims)
         }
         let c = CString::new(name).map_err(|e| drv("kernel name", e))?;
         // SAFETY: `m` is the module loaded above.

@@ -88,6 +88,7 @@ impl Module {
                 "gdn_prefill_state",
                 "gdn_prefill_state16",
                 "gdn_prefill_state64",
+                "gdn_prefill_statewg",
             ],
             Module::KdaPrefill => &[
                 "kda_prefill_fused",
@@ -95,6 +96,7 @@ impl Module {
                 "kda_prefill_state",
                 "kda_prefill_state16",
                 "kda_prefill_state64",
+                "kda_prefill_statewg",
             ],
             Module::GdnDecode => &["gdn_decode_recurrent"],
             Module::KdaDecode => &["kda_decode_recurrent"],

@@ -51,9 +51,10 @@ pub struct CudaBackend {
     cache_dir: Option<PathBuf>,
     modules: ModuleCache,
     workspace: Mutex<Workspace>,
-    /// Forced small-bh state-pass width (`DELTARULE_CUDA_STATE_BV=16|32|64`, read once; benchmarks;
-    /// 64 falls back to 32 where V < 64).
-    state_bv: Option<usize>,
+    /// Forced small-bh state pass (`DELTARULE_CUDA_STATE_BV=16|32|64|wg`, read once; benchmarks:
+    /// an mma.sync tile width, or the wgmma pass; 64 falls back to 32 where V < 64, wg to the
+    /// automatic choice where the module has no wgmma pass).
+    state_bv: Option<StatePass>,
 }
 
 fn unavailable(reason: impl Into<String>) -> Error {
@@ -123,8 +124,7 @@ impl CudaBackend {
             workspace: Mutex::new(Workspace::new()),
             state_bv: std::env::var("DELTARULE_CUDA_STATE_BV")
                 .ok()
-                .and_then(|s| s.parse().ok())
-                .filter(|bv| matches!(*bv, 16 | 32 | 64)),
+                .and_then(|s| StatePass::parse(&s)),
         })
     }
 
@@ -339,6 +339,20 @@ impl CudaBackend {
                     &prm,
                 )?;
                 let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
+                if state_pass(p, sms, self.state_bv, main.sizes[9] > 0) == StatePass::Wg {
+                    let blocks = rows as u64 * hv as u64;
+                    let maps = tensor_maps(prm.work, blocks, main.sizes[2] as u64, p.k)?;
+                    return launch_wg(
+                        &main,
+                        &format!("{state}wg"),
+                        ((p.v / 64) as u32, hv, n),
+                        main.sizes[10] as u32,
+                        main.sizes[9] as u32,
+                        stream,
+                        &prm,
+                        &maps,
+                    );
+                }
                 // (V tile, threads, shared bytes) of the register-state pass: one warp per 16
                 // V columns; the 64-column variant exists for V >= 64 (sizes[8] > 0)
                 let (bv, threads, smem) = match state_tile(p, sms, self.state_bv) {
@@ -478,14 +492,137 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
 /// 64-column tiles were faster on every shape measured, gdn 16/32 16x1024 0.943 -> 0.847 ms,
 /// 256x64 1.930 -> 1.428, kda 32/32 64x256 1.468 -> 1.293; session 4 had limited them to one
 /// wave.)
-fn state_tile(p: &Problem, sms: usize, forced: Option<usize>) -> usize {
+fn state_tile(p: &Problem, sms: usize, forced: Option<StatePass>) -> usize {
     let pairs = p.seqs * p.hv;
     match forced {
-        Some(bv) => bv,
-        None if pairs * (p.v / 32) * 2 <= sms => 16,
-        None if p.v >= 64 && pairs * (p.v / 32) > sms => 64,
-        None => 32,
+        Some(StatePass::Mma(bv)) => bv,
+        None | Some(StatePass::Wg) if pairs * (p.v / 32) * 2 <= sms => 16,
+        None | Some(StatePass::Wg) if p.v >= 64 && pairs * (p.v / 32) > sms => 64,
+        None | Some(StatePass::Wg) => 32,
     }
+}
+
+/// The small-bh state pass: the mma.sync register-state pass with a V tile of 16, 32 or 64
+/// columns, or the wgmma pass (64-column tiles, one warpgroup; sm_90a, K in {64, 128}).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StatePass {
+    Mma(usize),
+    Wg,
+}
+
+impl StatePass {
+    fn parse(s: &str) -> Option<StatePass> {
+        match s.trim() {
+            "wg" => Some(StatePass::Wg),
+            t => t
+                .parse()
+                .ok()
+                .filter(|bv| matches!(*bv, 16 | 32 | 64))
+                .map(StatePass::Mma),
+        }
+    }
+}
+
+/// Which state pass runs: a forced one where it exists; else the wgmma pass where the module has
+/// it (`wg`) unless [`state_tile`] picks 16-column tiles (few pairs: the wgmma pass's 64-column
+/// tiles would leave most SMs idle; H200, session 7: gdn 4/8 1x8192 0.237 ms against 0.213 with
+/// the 16-column mma.sync pass); else the mma.sync tile of [`state_tile`]. (Session 7, same
+/// call: wgmma against the mma.sync pass at gdn 16/32 1x8192 0.427 / 0.430 ms, 16x1024 0.798 /
+/// 0.907 (32 col.), kda 64/64 1x8192 1.117 / 1.210.)
+fn state_pass(p: &Problem, sms: usize, forced: Option<StatePass>, wg: bool) -> StatePass {
+    match forced {
+        Some(StatePass::Mma(bv)) => StatePass::Mma(bv),
+        Some(StatePass::Wg) if wg => StatePass::Wg,
+        _ => match state_tile(p, sms, None) {
+            16 => StatePass::Mma(16),
+            _ if wg => StatePass::Wg,
+            bv => StatePass::Mma(bv),
+        },
+    }
+}
+
+/// The two kernel-parameter tensor maps of the wgmma state pass (`struct TmapPair` in
+/// `kernels/prefill.cuh`, 64-byte aligned).
+#[repr(C, align(64))]
+struct TmapPair {
+    wqk: sys::CUtensorMap,
+    p: sys::CUtensorMap,
+}
+
+/// Encodes the tensor maps over the workspace blocks at `work` (`blocks` blocks of `block` bytes,
+/// the layout `WLay` of `kernels/prefill.cuh`, head dim `k`): `wqk` views W, q̃, k̃ (consecutive
+/// [64][k + 8] arrays of 16-bit elements) as [blocks][192][k] with boxes of 64 x 192, `p` views P
+/// ([64][72], after them) as [blocks][64][64] with boxes of 64 x 64; both land in shared memory
+/// in the 128-byte swizzle the kernel's matrix descriptors name. Host-only work.
+fn tensor_maps(work: u64, blocks: u64, block: u64, k: usize) -> Result<TmapPair> {
+    let kp = (k + 8) as u64;
+    let encode = |base: u64, rows: u64, cols: u64, row_bytes: u64| -> Result<sys::CUtensorMap> {
+        let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+        let dims = [cols, rows, blocks.max(1)];
+        let strides = [row_bytes, block];
+        let boxes = [64u32, rows as u32, 1];
+        let unit = [1u32; 3];
+        // SAFETY: pure host-side encoding into `map` (128 bytes we own); the arrays outlive the
+        // call; the address, strides and box sizes meet the driver's rules (16-byte aligned
+        // address and strides, box rows <= 256, a 128-byte inner box for the 128-byte swizzle),
+        // which the driver checks again (an error comes back, never UB).
+        unsafe {
+            sys::cuTensorMapEncodeTiled(
+                map.as_mut_ptr(),
+                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                3,
+                base as *mut std::ffi::c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                unit.as_ptr(),
+                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+            .result()
+            .map_err(|e| drv("cuTensorMapEncodeTiled", e))?;
+            Ok(map.assume_init())
+        }
+    };
+    Ok(TmapPair {
+        wqk: encode(work, 192, k as u64, kp * 2)?,
+        p: encode(work + 3 * 64 * kp * 2, 64, 64, 72 * 2)?,
+    })
+}
+
+/// Launches the wgmma state pass: `const Params` and the tensor maps (a `__grid_constant__`
+/// parameter) as its two parameters.
+#[allow(clippy::too_many_arguments)]
+fn launch_wg(
+    m: &Loaded,
+    name: &str,
+    grid: (u32, u32, u32),
+    block: u32,
+    smem: u32,
+    stream: sys::CUstream,
+    prm: &Params,
+    maps: &TmapPair,
+) -> Result<()> {
+    if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+        return Ok(());
+    }
+    let f = m.func(name)?;
+    let mut local = *prm;
+    let mut tm = TmapPair {
+        wqk: maps.wqk,
+        p: maps.p,
+    };
+    let mut args = [
+        &mut local as *mut Params as *mut std::ffi::c_void,
+        &mut tm as *mut TmapPair as *mut std::ffi::c_void,
+    ];
+    // SAFETY: as launch_one, for a kernel whose parameters are `const Params` and `const
+    // TmapPair` (two 128-byte tensor maps, mirrored by the #[repr(C)] struct above); the maps
+    // describe the workspace blocks the intra kernel wrote in the same stream.
+    unsafe { result::launch_kernel(f, grid, (block, 1, 1), smem, stream, &mut args) }
+        .map_err(|e| drv(&format!("launch {name}"), e))
 }
 
 fn launch_one(
@@ -709,7 +846,7 @@ impl Backend for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_ptrs, state_tile};
+    use super::{check_ptrs, state_pass, state_tile, StatePass};
     use crate::launch::DevicePtrs;
     use deltarule_core::{Error, Mode, Op, Problem};
 
@@ -735,9 +872,32 @@ mod tests {
         // V = 32 has no 64-column variant
         assert_eq!(state_tile(&kda(200, 32), 132, None), 32);
         // a forced width wins either way
-        assert_eq!(state_tile(&prefill(1, 16, 32), 132, Some(16)), 16);
-        assert_eq!(state_tile(&prefill(1, 4, 8), 132, Some(32)), 32);
-        assert_eq!(state_tile(&prefill(1, 16, 32), 132, Some(64)), 64);
+        let mma = |bv| Some(StatePass::Mma(bv));
+        assert_eq!(state_tile(&prefill(1, 16, 32), 132, mma(16)), 16);
+        assert_eq!(state_tile(&prefill(1, 4, 8), 132, mma(32)), 32);
+        assert_eq!(state_tile(&prefill(1, 16, 32), 132, mma(64)), 64);
+    }
+
+    #[test]
+    fn the_wgmma_state_pass_wherever_the_module_has_it_unless_a_tile_is_forced() {
+        let p = prefill(1, 16, 32);
+        assert_eq!(state_pass(&p, 132, None, true), StatePass::Wg);
+        assert_eq!(state_pass(&p, 132, None, false), StatePass::Mma(32));
+        // few pairs (gdn 4/8): the 16-column mma.sync tiles, even where the wgmma pass exists
+        let few = prefill(1, 4, 8);
+        assert_eq!(state_pass(&few, 132, None, true), StatePass::Mma(16));
+        assert_eq!(
+            state_pass(&few, 132, Some(StatePass::Wg), true),
+            StatePass::Wg
+        );
+        let forced = Some(StatePass::Mma(16));
+        assert_eq!(state_pass(&p, 132, forced, true), StatePass::Mma(16));
+        // a forced wgmma pass where the module has none: the automatic mma.sync tile
+        let wg = Some(StatePass::Wg);
+        assert_eq!(state_pass(&p, 132, wg, false), StatePass::Mma(32));
+        assert_eq!(StatePass::parse("wg"), wg);
+        assert_eq!(StatePass::parse("64"), Some(StatePass::Mma(64)));
+        assert_eq!(StatePass::parse("48"), None);
     }
 
     #[test]

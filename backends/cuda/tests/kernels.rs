@@ -35,7 +35,7 @@ fn registry_matches_the_kernels_folder() {
         }
         for e in m.entry_points() {
             assert!(
-                m.source().contains(&format!("{e}(const Params p)")),
+                m.source().contains(&format!("{e}(const Params p")),
                 "{m:?}: entry point {e} not defined"
             );
         }
