@@ -599,9 +599,9 @@ pub static RULES: &[Rule] = &[
         Mode::Prefill,
         Kernel::SmallBh,
         AutoWhen::SplitWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
-        "chunk-parallel intra kernel into a workspace, then a state pass over 16-, 32- or \
-         64-column V tiles: for few (sequence x value head) pairs, or any number while the \
-         workspace stays bounded",
+        "chunk-parallel intra kernel into a workspace, then a state pass over V tiles (wgmma, \
+         64 columns, on sm_90a; else mma.sync, 16, 32 or 64 columns): for few (sequence x value \
+         head) pairs, or any number while the workspace stays bounded",
     ),
     cuda_rule(
         "cuda.gdn.decode.recurrent",
@@ -627,9 +627,9 @@ pub static RULES: &[Rule] = &[
         Mode::Prefill,
         Kernel::SmallBh,
         AutoWhen::SplitWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
-        "chunk-parallel intra kernel into a workspace, then a state pass over 16-, 32- or \
-         64-column V tiles: for few (sequence x value head) pairs, or any number while the \
-         workspace stays bounded",
+        "chunk-parallel intra kernel into a workspace, then a state pass over V tiles (wgmma, \
+         64 columns, on sm_90a; else mma.sync, 16, 32 or 64 columns): for few (sequence x value \
+         head) pairs, or any number while the workspace stays bounded",
     ),
     cuda_rule(
         "cuda.kda.decode.recurrent",

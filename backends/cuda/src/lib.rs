@@ -8,9 +8,11 @@
 //!   chunks; intra-chunk products on tensor cores (`mma.sync.m16n8k16`, bf16/f16 operands, f32
 //!   accumulation), the inverse in f32, the running state in f32 registers;
 //! * `small-bh` (`{op}_prefill_intra` + `{op}_prefill_state`): a chunk-parallel intra kernel
-//!   writes W, U, P, q̃, k̃ per chunk into a workspace, then a state pass split over 16-, 32- or
-//!   64-column V tiles walks the chunks with the transposed state in mma accumulators (a state and
-//!   an output warp per 16 V columns, bulk copies two chunks ahead). `auto` takes it for few
+//!   writes W, U, P, q̃, k̃ per chunk into a workspace, then a state pass walks the chunks with
+//!   the transposed state in mma accumulators: on sm_90a (K in {64, 128}, V >= 64) one warpgroup
+//!   per 64 V columns on `wgmma`, operands brought by TMA tensor maps (`{op}_prefill_statewg`);
+//!   else, and for few pairs, `mma.sync` over 16-, 32- or 64-column V tiles (a state and an output
+//!   warp per 16 V columns, bulk copies two chunks ahead). `auto` takes it for few
 //!   (sequence x value head) pairs, and for many while the workspace stays under 16 Ki blocks
 //!   (measured faster than `chunked` there on the H200, session 6); `chunked` beyond that;
 //! * `recurrent` (`{op}_decode_recurrent`): the token recurrence for decode (T >= 1 tokens per
