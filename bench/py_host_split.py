@@ -1,6 +1,7 @@
 """bench/py_host_split.py: host time per call of the pieces of a torch-op call (gdn 16/32, 1x8192
 and 1x512, K = V = 128): the whole op, the workspace tensor alone, the workspace-size lookup, the
-spec build, and the native launch alone. Prints microseconds per call (mean of 200)."""
+spec build, and the native launch alone; since session 7 also the public wrapper and its eager
+fast path (no custom-op dispatch). Prints microseconds per call (mean of 200)."""
 import time
 
 import torch
@@ -54,6 +55,11 @@ for T in (8192, 512):
     stream = torch.cuda.current_stream().cuda_stream
     t_launch = timeit(lambda: _native.launch("gdn", "prefill", "auto", nat, ptrs, stream, 0,
                                              ws.data_ptr(), need))
+    # the public wrapper (eager fast path, ops.call_eager: no custom-op dispatch), session 7
+    kw = dict(initial_state=h0, final_state=fin, out=o, state_layout="vk")
+    wrapper = timeit(lambda: deltarule.gdn_prefill(q, k, v, g, beta, cu, **kw))
+    fast = timeit(lambda: ops.call_eager("gdn_prefill", "gdn", "prefill", args[:14], args[14:21], "auto"))
+    print(f"1x{T}: deltarule.gdn_prefill {wrapper:.1f} us; ops.call_eager {fast:.1f} us")
     print(f"1x{T}: whole op {whole:.1f} us; cached_spec {t_spec:.1f}; torch.empty({need >> 20} MiB) "
           f"{t_empty:.1f}; workspace_bytes (native) {t_wsb:.1f}; _workspace (cached) {t_wsc:.1f}; "
           f"native launch {t_launch:.1f}")

@@ -1,4 +1,5 @@
-"""Friendly wrappers: allocate the outputs, call the custom op, return the tensors.
+"""Friendly wrappers: allocate the outputs, call the custom op (in eager mode straight into its
+implementation, see ``ops.call_eager``), return the tensors.
 
 ``gdn_prefill(q, k, v, g, beta, cu_seqlens, ...)`` and the three others mirror the ops of
 ``deltarule.ops``; pass ``state_pool`` + ``state_indices`` for model-owned states updated in place,
@@ -50,10 +51,15 @@ def _call(
         rows = T // checkpoint_every  # an upper bound of sum(floor(len_n / every))
         sdt = state_pool.dtype if state_pool is not None else (state_dtype or torch.float32)
         checkpoints = torch.empty((rows, HV) + S, dtype=sdt, device=v.device)
-    getattr(torch.ops.deltarule, name)(
-        q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool, state_indices,
-        checkpoints, A_log, dt_bias, float(scale or 0.0), use_qk_l2norm, gate, lower_bound,
-        beta_mode, state_layout, int(checkpoint_every), backend,
+    from . import ops
+
+    ops.call_eager(
+        name, op, mode,
+        (q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool, state_indices,
+         checkpoints, A_log, dt_bias),
+        (float(scale or 0.0), use_qk_l2norm, gate, lower_bound, beta_mode, state_layout,
+         int(checkpoint_every)),
+        backend,
     )
     return o, (state_pool if state_pool is not None else final_state), checkpoints
 

@@ -58,6 +58,61 @@ def _workspace(op: str, mode: str, backend: str, native: tuple, device: torch.de
     return torch.empty(max(need, 1), dtype=torch.uint8, device=device)
 
 
+def _run(op: str, mode: str, tensors: tuple, scalars: tuple, backend: str) -> None:
+    """The real implementation of the four ops: validate (cached per signature), then launch on
+    the current stream. ``tensors`` = (q, k, v, g, beta, cu_seqlens, o, initial_state,
+    final_state, state_pool, state_indices, checkpoints, A_log, dt_bias), ``scalars`` = (scale,
+    use_qk_l2norm, gate, lower_bound, beta_mode, state_layout, checkpoint_every)."""
+    (q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool, state_indices,
+     checkpoints, A_log, dt_bias) = tensors
+    spec = _spec.cached_spec(op, mode, tensors, scalars)
+    if q.device.type != "cuda":
+        raise ValueError(
+            f"invalid argument `q`: expected CUDA tensors (the deltarule ops run on the CUDA "
+            f"backend; use deltarule.reference for host tensors), got {q.device}"
+        )
+    if spec.T == 0:
+        return
+    _offsets.validate(spec, cu_seqlens, state_indices, checkpoints)
+    state_in = state_pool if state_pool is not None else initial_state
+    state_out = state_pool if state_pool is not None else final_state
+    ptrs = [
+        _ptr(q), _ptr(k), _ptr(v), _ptr(g), _ptr(beta), _ptr(cu_seqlens), _ptr(A_log),
+        _ptr(dt_bias), _ptr(state_in), _ptr(state_indices), _ptr(o), _ptr(state_out),
+        _ptr(checkpoints),
+    ]
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    native = spec.native()
+    ws = _workspace(op, mode, backend, native, q.device)
+    _native.launch(op, mode, backend, native, ptrs, stream, q.device.index or 0,
+                   int(ws.data_ptr()), int(ws.numel()))
+
+
+def _dispatch_stack_empty() -> bool:
+    n = getattr(torch._C, "_len_torch_dispatch_stack", None)
+    return n is None or n() == 0
+
+
+def call_eager(name: str, op: str, mode: str, tensors: tuple, scalars: tuple, backend: str) -> None:
+    """Runs op ``name`` for the public wrappers (``deltarule.gdn_prefill``, ...): straight into
+    the implementation for plain CUDA tensors in eager mode, through ``torch.ops.deltarule`` when
+    tracing or compiling, under a dispatch mode, or for tensor subclasses (fake, functional).
+    PyTorch's custom-op dispatch cost ~60 us per call on the H200 host (session 6:
+    ``bench/py_host_split.py``), as long as a short prefill's kernels. Mutated tensors get their
+    version counters bumped as the dispatcher would (where autograd tracks them)."""
+    q = tensors[0]
+    if (type(q) is torch.Tensor and q.is_cuda and not torch.compiler.is_compiling()
+            and _dispatch_stack_empty()):
+        _run(op, mode, tensors, scalars, backend)
+        if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+            for i in (6, 8, 9, 11):  # o, final_state, state_pool, checkpoints
+                t = tensors[i]
+                if t is not None and not t.is_inference():
+                    torch.autograd.graph.increment_version(t)
+        return
+    getattr(torch.ops.deltarule, name)(*tensors, *scalars, backend)
+
+
 def _make(name: str, op: str, mode: str):
     qualname = f"deltarule::{name}"
 
@@ -86,32 +141,13 @@ def _make(name: str, op: str, mode: str):
         checkpoint_every: int,
         backend: str,
     ) -> None:
-        spec = _spec.cached_spec(
+        _run(
             op, mode,
             (q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool,
              state_indices, checkpoints, A_log, dt_bias),
             (scale, use_qk_l2norm, gate, lower_bound, beta_mode, state_layout, checkpoint_every),
+            backend,
         )
-        if q.device.type != "cuda":
-            raise ValueError(
-                f"invalid argument `q`: expected CUDA tensors (the deltarule ops run on the CUDA "
-                f"backend; use deltarule.reference for host tensors), got {q.device}"
-            )
-        if spec.T == 0:
-            return
-        _offsets.validate(spec, cu_seqlens, state_indices, checkpoints)
-        state_in = state_pool if state_pool is not None else initial_state
-        state_out = state_pool if state_pool is not None else final_state
-        ptrs = [
-            _ptr(q), _ptr(k), _ptr(v), _ptr(g), _ptr(beta), _ptr(cu_seqlens), _ptr(A_log),
-            _ptr(dt_bias), _ptr(state_in), _ptr(state_indices), _ptr(o), _ptr(state_out),
-            _ptr(checkpoints),
-        ]
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        native = spec.native()
-        ws = _workspace(op, mode, backend, native, q.device)
-        _native.launch(op, mode, backend, native, ptrs, stream, q.device.index or 0,
-                       int(ws.data_ptr()), int(ws.numel()))
 
     @impl.register_fake
     def fake(

@@ -319,13 +319,14 @@ impl CudaBackend {
                 0,
                 stream,
                 &prm,
+                None,
             )?;
         }
         match kernel {
             Kernel::Chunked => {
                 let name = format!("{prefix}_prefill_fused");
                 let smem = main.sizes[0] as u32;
-                launch_one(&main, &name, (hv, n, 1), 256, smem, stream, &prm)?;
+                launch_one(&main, &name, (hv, n, 1), 256, smem, stream, &prm, None)?;
             }
             Kernel::SmallBh => {
                 let intra = format!("{prefix}_prefill_intra");
@@ -339,12 +340,13 @@ impl CudaBackend {
                     main.sizes[3] as u32,
                     stream,
                     &prm,
+                    None,
                 )?;
                 let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
                 if state_pass(p, sms, self.state_bv, main.sizes[9] > 0) == StatePass::Wg {
                     let blocks = rows as u64 * hv as u64;
                     let maps = tensor_maps(prm.work, blocks, main.sizes[2] as u64, p.k)?;
-                    return launch_wg(
+                    return launch_one(
                         &main,
                         &format!("{state}wg"),
                         ((p.v / 64) as u32, hv, n),
@@ -352,7 +354,7 @@ impl CudaBackend {
                         main.sizes[9] as u32,
                         stream,
                         &prm,
-                        &maps,
+                        Some(&maps),
                     );
                 }
                 // (V tile, threads, shared bytes) of the register-state pass: one warp per 16
@@ -375,13 +377,14 @@ impl CudaBackend {
                     smem as u32,
                     stream,
                     &prm,
+                    None,
                 )?;
             }
             Kernel::Recurrent => {
                 let name = format!("{prefix}_decode_recurrent");
                 // 4 state warps + 1 token-input warp (NTH in kernels/decode.cuh)
                 let vt = (p.v / 32) as u32;
-                launch_one(&main, &name, (vt, hv, n), 160, 0, stream, &prm)?;
+                launch_one(&main, &name, (vt, hv, n), 160, 0, stream, &prm, None)?;
             }
             other => {
                 return Err(Error::unsupported(
@@ -594,39 +597,9 @@ fn tensor_maps(work: u64, blocks: u64, block: u64, k: usize) -> Result<TmapPair>
     })
 }
 
-/// Launches the wgmma state pass: `const Params` and the tensor maps (a `__grid_constant__`
-/// parameter) as its two parameters.
+/// Launches kernel `name` with `const Params` as its parameter, followed by the tensor maps (a
+/// `__grid_constant__` parameter) where `maps` is given (the wgmma state pass).
 #[allow(clippy::too_many_arguments)]
-fn launch_wg(
-    m: &Loaded,
-    name: &str,
-    grid: (u32, u32, u32),
-    block: u32,
-    smem: u32,
-    stream: sys::CUstream,
-    prm: &Params,
-    maps: &TmapPair,
-) -> Result<()> {
-    if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
-        return Ok(());
-    }
-    let f = m.func(name)?;
-    let mut local = *prm;
-    let mut tm = TmapPair {
-        wqk: maps.wqk,
-        p: maps.p,
-    };
-    let mut args = [
-        &mut local as *mut Params as *mut std::ffi::c_void,
-        &mut tm as *mut TmapPair as *mut std::ffi::c_void,
-    ];
-    // SAFETY: as launch_one, for a kernel whose parameters are `const Params` and `const
-    // TmapPair` (two 128-byte tensor maps, mirrored by the #[repr(C)] struct above); the maps
-    // describe the workspace blocks the intra kernel wrote in the same stream.
-    unsafe { result::launch_kernel(f, grid, (block, 1, 1), smem, stream, &mut args) }
-        .map_err(|e| drv(&format!("launch {name}"), e))
-}
-
 fn launch_one(
     m: &Loaded,
     name: &str,
@@ -635,19 +608,30 @@ fn launch_one(
     smem: u32,
     stream: sys::CUstream,
     prm: &Params,
+    maps: Option<&TmapPair>,
 ) -> Result<()> {
     if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
         return Ok(());
     }
     let f = m.func(name)?;
     let mut local = *prm;
-    let mut args = [&mut local as *mut Params as *mut std::ffi::c_void];
-    // SAFETY: `f` is a kernel of a loaded module whose only parameter is `const Params` (the
-    // #[repr(C)] mirror of `struct Params`); the pointers in it were checked non-null where the
-    // problem needs them and point to buffers of the documented sizes (launch contract); `smem`
-    // is within the limit set on the function at load time; cuLaunchKernel copies the parameter
-    // block before returning, so `local` may go out of scope.
-    unsafe { result::launch_kernel(f, grid, (block, 1, 1), smem, stream, &mut args) }
+    let mut tm = maps.map(|t| TmapPair { wqk: t.wqk, p: t.p });
+    let mut args = [
+        &mut local as *mut Params as *mut std::ffi::c_void,
+        tm.as_mut().map_or(std::ptr::null_mut(), |t| {
+            t as *mut TmapPair as *mut std::ffi::c_void
+        }),
+    ];
+    let n = if tm.is_some() { 2 } else { 1 };
+    // SAFETY: `f` is a kernel of a loaded module whose parameters are `const Params` (the
+    // #[repr(C)] mirror of `struct Params`) and, for the wgmma state pass (maps given), `const
+    // TmapPair` (two 128-byte tensor maps, mirrored by the #[repr(C)] struct above, describing
+    // the workspace blocks the intra kernel wrote earlier in the same stream); the pointers in
+    // `Params` were checked non-null where the problem needs them and point to buffers of the
+    // documented sizes (launch contract); `smem` is within the limit set on the function at load
+    // time; cuLaunchKernel copies the parameter block before returning, so `local` and `tm` may
+    // go out of scope.
+    unsafe { result::launch_kernel(f, grid, (block, 1, 1), smem, stream, &mut args[..n]) }
         .map_err(|e| drv(&format!("launch {name}"), e))
 }
 
