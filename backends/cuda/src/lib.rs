@@ -343,23 +343,26 @@ impl CudaBackend {
                     None,
                 )?;
                 let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
-                if state_pass(p, sms, self.state_bv, main.sizes[9] > 0) == StatePass::Wg {
-                    let blocks = rows as u64 * hv as u64;
-                    let maps = tensor_maps(prm.work, blocks, main.sizes[2] as u64, p.k)?;
-                    return launch_one(
-                        &main,
-                        &format!("{state}wg"),
-                        ((p.v / 64) as u32, hv, n),
-                        main.sizes[10] as u32,
-                        main.sizes[9] as u32,
-                        stream,
-                        &prm,
-                        Some(&maps),
-                    );
-                }
+                let bv = match state_pass(p, sms, self.state_bv, main.sizes[9] > 0) {
+                    StatePass::Wg => {
+                        let blocks = rows as u64 * hv as u64;
+                        let maps = tensor_maps(prm.work, blocks, main.sizes[2] as u64, p.k)?;
+                        return launch_one(
+                            &main,
+                            &format!("{state}wg"),
+                            ((p.v / 64) as u32, hv, n),
+                            main.sizes[10] as u32,
+                            main.sizes[9] as u32,
+                            stream,
+                            &prm,
+                            Some(&maps),
+                        );
+                    }
+                    StatePass::Mma(bv) => bv,
+                };
                 // (V tile, threads, shared bytes) of the register-state pass: one warp per 16
                 // V columns; the 64-column variant exists for V >= 64 (sizes[8] > 0)
-                let (bv, threads, smem) = match state_tile(p, sms, self.state_bv) {
+                let (bv, threads, smem) = match bv {
                     16 => (16, main.sizes[6], main.sizes[5]),
                     64 if main.sizes[8] > 0 => (64, main.sizes[8], main.sizes[7]),
                     _ => (32, main.sizes[4], main.sizes[1]),
@@ -492,18 +495,19 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
 
 /// The V tile of the small-bh state pass (one CTA per SM: 230 KB of shared memory): 16 columns
 /// when the 32-column tiles of all (sequence, value head) pairs fill at most half the SMs; 64
-/// when the 32-column tiles would need a second wave (V >= 64); else 32. `forced` (16, 32 or 64)
-/// overrides. (H200, session 6, bench/h200_s6f.sh and s6g.sh: with more than one wave the
+/// when the 32-column tiles would need a second wave (V >= 64); else 32 (a forced width
+/// overrides it, see [`state_pass`]). (H200, session 6, bench/h200_s6f.sh and s6g.sh: with more than one wave the
 /// 64-column tiles were faster on every shape measured, gdn 16/32 16x1024 0.943 -> 0.847 ms,
 /// 256x64 1.930 -> 1.428, kda 32/32 64x256 1.468 -> 1.293; session 4 had limited them to one
 /// wave.)
-fn state_tile(p: &Problem, sms: usize, forced: Option<StatePass>) -> usize {
+fn state_tile(p: &Problem, sms: usize) -> usize {
     let pairs = p.seqs * p.hv;
-    match forced {
-        Some(StatePass::Mma(bv)) => bv,
-        None | Some(StatePass::Wg) if pairs * (p.v / 32) * 2 <= sms => 16,
-        None | Some(StatePass::Wg) if p.v >= 64 && pairs * (p.v / 32) > sms => 64,
-        None | Some(StatePass::Wg) => 32,
+    if pairs * (p.v / 32) * 2 <= sms {
+        16
+    } else if p.v >= 64 && pairs * (p.v / 32) > sms {
+        64
+    } else {
+        32
     }
 }
 
@@ -538,7 +542,7 @@ fn state_pass(p: &Problem, sms: usize, forced: Option<StatePass>, wg: bool) -> S
     match forced {
         Some(StatePass::Mma(bv)) => StatePass::Mma(bv),
         Some(StatePass::Wg) if wg => StatePass::Wg,
-        _ => match state_tile(p, sms, None) {
+        _ => match state_tile(p, sms) {
             16 => StatePass::Mma(16),
             _ if wg => StatePass::Wg,
             bv => StatePass::Mma(bv),
@@ -549,6 +553,7 @@ fn state_pass(p: &Problem, sms: usize, forced: Option<StatePass>, wg: bool) -> S
 /// The two kernel-parameter tensor maps of the wgmma state pass (`struct TmapPair` in
 /// `kernels/prefill.cuh`, 64-byte aligned).
 #[repr(C, align(64))]
+#[derive(Clone, Copy)]
 struct TmapPair {
     wqk: sys::CUtensorMap,
     p: sys::CUtensorMap,
@@ -615,7 +620,7 @@ fn launch_one(
     }
     let f = m.func(name)?;
     let mut local = *prm;
-    let mut tm = maps.map(|t| TmapPair { wqk: t.wqk, p: t.p });
+    let mut tm = maps.copied();
     let mut args = [
         &mut local as *mut Params as *mut std::ffi::c_void,
         tm.as_mut().map_or(std::ptr::null_mut(), |t| {
@@ -843,25 +848,26 @@ mod tests {
     #[test]
     fn narrow_state_tiles_only_when_the_wide_ones_leave_most_sms_idle() {
         // gdn 4/8, 1 x 8192 on 132 SMs: 8 pairs x 4 tiles = 32 CTAs -> 16-column tiles (64 CTAs)
-        assert_eq!(state_tile(&prefill(1, 4, 8), 132, None), 16);
+        assert_eq!(state_tile(&prefill(1, 4, 8), 132), 16);
         // 16/32: 128 CTAs of 32 columns already fill the SMs
-        assert_eq!(state_tile(&prefill(1, 16, 32), 132, None), 32);
+        assert_eq!(state_tile(&prefill(1, 16, 32), 132), 32);
         // 66 CTAs fill exactly half of 132: still narrow; 67 would not be
         let kda = |seqs, v| Problem::new(Op::Kda, Mode::Prefill, seqs, 8192, 1, 1, 128, v);
-        assert_eq!(state_tile(&kda(33, 64), 132, None), 16);
-        assert_eq!(state_tile(&kda(67, 32), 132, None), 32);
+        assert_eq!(state_tile(&kda(33, 64), 132), 16);
+        assert_eq!(state_tile(&kda(67, 32), 132), 32);
         // kda 64/64: 256 CTAs of 32 columns (two waves) -> 128 of 64 columns (one wave)
         let kda64 = Problem::new(Op::Kda, Mode::Prefill, 1, 8192, 64, 64, 128, 128);
-        assert_eq!(state_tile(&kda64, 132, None), 64);
+        assert_eq!(state_tile(&kda64, 132), 64);
         // ... and also when the 64-column tiles need two waves too (measured faster, session 6)
-        assert_eq!(state_tile(&kda(200, 128), 132, None), 64);
+        assert_eq!(state_tile(&kda(200, 128), 132), 64);
         // V = 32 has no 64-column variant
-        assert_eq!(state_tile(&kda(200, 32), 132, None), 32);
+        assert_eq!(state_tile(&kda(200, 32), 132), 32);
         // a forced width wins either way
         let mma = |bv| Some(StatePass::Mma(bv));
-        assert_eq!(state_tile(&prefill(1, 16, 32), 132, mma(16)), 16);
-        assert_eq!(state_tile(&prefill(1, 4, 8), 132, mma(32)), 32);
-        assert_eq!(state_tile(&prefill(1, 16, 32), 132, mma(64)), 64);
+        let pass = |p: &Problem, f| state_pass(p, 132, f, false);
+        assert_eq!(pass(&prefill(1, 16, 32), mma(16)), StatePass::Mma(16));
+        assert_eq!(pass(&prefill(1, 4, 8), mma(32)), StatePass::Mma(32));
+        assert_eq!(pass(&prefill(1, 16, 32), mma(64)), StatePass::Mma(64));
     }
 
     #[test]
