@@ -5,7 +5,9 @@
 #      golden files,
 #   3. compute-sanitizer memcheck on a representative subset,
 #   4. timings: `deltarule bench` on the anchor shapes (cuda:chunked, cuda:small-bh, auto), then
-#      flash-linear-attention 0.6.0 on the same shapes, and a table of both.
+#      flash-linear-attention 0.6.0 and FlashQLA 0.1.3 (when .fq/fqsite.tar.xz is carried: the
+#      unpacked wheels of flash_qla, tilelang 0.1.15, apache-tvm-ffi 0.1.12, torch-c-dlpack-ext,
+#      z3-solver 4.15.4, cloudpickle, psutil) on the same shapes, and a table of all three.
 # Binaries are built on the development machine and carried in .dev/ (no cargo on the GPU machine):
 #   .dev/bin/deltarule, .dev/bin/cuda_device (backends/cuda/tests/device.rs),
 #   .dev/bin/conformance (tests/tests/conformance.rs), .dev/cubin (CUBIN cache), .whl (fla wheel).
@@ -62,19 +64,35 @@ if [[ $what == all || $what == bench ]]; then
   tail -3 "$OUT/ours.err"
   if [[ ${FLA:-1} == 1 ]] && [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-    PYTHONUNBUFFERED=1 python3 bench/fla_bench.py ${FLA_ARGS:-} > "$OUT/fla.jsonl" 2> "$OUT/fla.err"; tail -2 "$OUT/fla.err"
+    PYTHONUNBUFFERED=1 python3 bench/fla_bench.py ${FLA_ARGS:-} --save-o /tmp/peer_o > "$OUT/fla.jsonl" 2> "$OUT/fla.err"; tail -2 "$OUT/fla.err"
   fi
-  python3 - "$OUT/ours.jsonl" "$OUT/fla.jsonl" <<'PY'
+  # FlashQLA 0.1.3 (TileLang) and its dependencies, unpacked wheels carried as one archive (the
+  # wheels are 82 MB, over a call's carry; see bench/NOTES.md "FlashQLA"), in a process of its
+  # own: fla would dispatch to it if it could import it
+  if [[ ${FQLA:-1} == 1 ]] && [[ -f .fq/fqsite.tar.xz ]]; then
+    mkdir -p /tmp/fqsite && xz -dc .fq/fqsite.tar.xz | tar -C /tmp/fqsite -xf -
+    FQ_SHAPES=$(python3 -c "import json,sys; print(' '.join(j['shape'] for j in map(json.loads, open(sys.argv[1])) if j['shape'].startswith('gdn-') and 'decode' not in j['shape']))" "$OUT/ours.jsonl" | tr ' ' '\n' | sort -u | tr '\n' ' ')
+    PYTHONPATH=/tmp/fqsite LD_LIBRARY_PATH=/tmp/fqsite/z3/lib:${LD_LIBRARY_PATH:-} PYTHONUNBUFFERED=1 \
+      timeout ${FQLA_TIMEOUT:-400} python3 bench/fla_bench.py --impl flashqla --graph --save-o /tmp/peer_o --shapes $FQ_SHAPES > "$OUT/fqla.jsonl" 2> "$OUT/fqla.err"
+    echo "flashqla rc=$? $(tail -1 "$OUT/fqla.err")"
+    python3 bench/fla_bench.py --compare-o /tmp/peer_o --shapes $FQ_SHAPES
+  fi
+  python3 - "$OUT/ours.jsonl" "$OUT/fla.jsonl" "$OUT/fqla.jsonl" <<'PY'
 import json, sys
+def rows(p):
+    try: return {j["shape"]: j for j in (json.loads(l) for l in open(p) if l.startswith("{"))}
+    except FileNotFoundError: return {}
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-try: fla = {j["shape"]: j for j in (json.loads(l) for l in open(sys.argv[2]) if l.startswith("{"))}
-except FileNotFoundError: fla = {}
-print(f"{'shape':<24} {'backend':<14} {'rule':<28} {'ours ms':>8} {'fla ms':>8} {'fla/ours':>8} {'host us':>8} {'x floor':>7}")
+fla, fq = rows(sys.argv[2]), rows(sys.argv[3])
+def ms(x): return f"{x:.4f}" if x else "-"
+print(f"{'shape':<24} {'backend':<14} {'rule':<28} {'ours ms':>8} {'fla ms':>8} {'fla/ours':>8} {'fqla ms':>8} {'fqla gr':>8} {'fqla/ours':>9} {'host us':>8} {'x floor':>7}")
 for o in ours:
     f = fla.get(o["shape"], {}).get("fla_ms")
+    q = fq.get(o["shape"], {}).get("flashqla_ms")
+    qg = fq.get(o["shape"], {}).get("flashqla_graph_ms")
     r = f"{f / o['gpu_ms_median']:.2f}" if f else "-"
-    fs = f"{f:.4f}" if f else "-"
-    print(f"{o['shape']:<24} {o['backend']:<14} {o['rule']:<28} {o['gpu_ms_median']:>8.4f} {fs:>8} {r:>8} {o['host_us_median']:>8.1f} {o['x_floor']:>7.1f}")
+    rq = f"{q / o['gpu_ms_median']:.2f}" if q else "-"
+    print(f"{o['shape']:<24} {o['backend']:<14} {o['rule']:<28} {o['gpu_ms_median']:>8.4f} {ms(f):>8} {r:>8} {ms(q):>8} {ms(qg):>8} {rq:>9} {o['host_us_median']:>8.1f} {o['x_floor']:>7.1f}")
 PY
 fi
 exit $status
