@@ -189,6 +189,30 @@ fn ws_slot(k: u32, kda: u32) -> u32 {
     return ws_gam(k) + kda * 64u * k;
 }
 
+// The ws16 workspace slot of one (chunk, value head) of the coop kernel, in f16 halves (every
+// offset a multiple of 16 halves: K is 64 or 128 and V a multiple of 32 there):
+//   Wᵀ [K][64] | kdec [64][K]                                   (kda: the whole slot)
+//   | qdecᵀ [K][64] | Pᵀ [64][64] | h [K][V] | V_new [64][V]       (gdn: operands of the
+//                                                                  cooperative-matrix output pass)
+fn ws16_slot(k: u32, v: u32, kda: u32) -> u32 {
+    if (kda == 1u) {
+        return 128u * k;
+    }
+    return 192u * k + 4096u + k * v + 64u * v;
+}
+fn ws16_qd(k: u32) -> u32 {
+    return 128u * k;
+}
+fn ws16_p(k: u32) -> u32 {
+    return 192u * k;
+}
+fn ws16_h(k: u32) -> u32 {
+    return 192u * k + 4096u;
+}
+fn ws16_vn(k: u32, v: u32) -> u32 {
+    return 192u * k + 4096u + k * v;
+}
+
 // Flat offset of state element (d, e) in the declared layout.
 fn state_offset(d: u32, e: u32, k: u32, v: u32, lay: u32) -> u32 {
     if (lay == 1u) {

@@ -34,7 +34,8 @@
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
 // Diagnosis only (DELTARULE_WGPU_PROBE, 0 in production): skips parts to locate the time.
-// 2: P stores, 4: the T solve, 8: step 4, 16: step 2 sums (1: unused since v3).
+// 2: P stores, 4: the T solve, 8: step 4, 16: step 2 sums (1: unused since v3); coop variant:
+// 32 / 64: step 4's W / U products as scalar sums (gdn_intra_coop.wgsl).
 override PROBE: u32 = 0u;
 
 // bindings 0-6 (prm, aux, q, k, v, g, beta), the dtype overrides and the input loaders come from
@@ -54,7 +55,9 @@ var<workgroup> s_fq: array<f32, 64>;
 // Tiles: Kᵀ and Qᵀ channel rows (2 x 16 x 68) for the dot products, the solve's block products,
 // or a 64 x 33 source tile for W/U/qdec.
 var<workgroup> s_x: array<vec4<f32>, 544>;
-var<workgroup> s_meta: vec2<u32>;
+// 16 bytes, not 8: every workgroup variable of the coop variant is a multiple of 16 bytes (an
+// 8-byte one gave wrong cooperative-matrix products there, as in prefill_state_coop.wgsl)
+var<workgroup> s_meta: vec4<u32>;
 
 fn x_get(x: u32) -> f32 {
     return s_x[x >> 2u][x & 3u];
@@ -85,23 +88,9 @@ fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
             at_set(i * AS + j, av);
         }
         if ((PROBE & 2u) == 0u || pv == 12345.678) {
-            wsa[base_p + j * 64u + i] = pv;
+            put_p(base_p, i, j, pv);
         }
     }
-}
-
-// Scale raw source row m, vec4 column q into the source tile (row factors s_fk / 1 · β / s_fq by
-// kind: 0 W, 1 U, 2 qdec) and, for W tiles, write kdec = s_fd[m] k[m][d] (row-major, contiguous
-// across the warp). The factors are zero for rows >= L, whose raw values are zero too.
-fn stage_src(kind: u32, c0: u32, m: u32, q: u32, raw: vec4<f32>, base_kd: u32) {
-    var x = s_beta[m] * raw;
-    if (kind == 0u) {
-        x = s_fk[m] * raw;
-        put_kdec(base_kd, m, c0 + 4u * q, s_fd[m] * raw);
-    } else if (kind == 2u) {
-        x = s_fq[m] * raw;
-    }
-    s_at[src_slot(m, q)] = x;
 }
 
 @compute @workgroup_size(256)
@@ -119,7 +108,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let K4 = k4(K);
     let V4 = k4(V);
     if (tid == 0u) {
-        s_meta = vec2<u32>(aux[prm.aux_chunks + 4u * c], aux[prm.aux_chunks + 4u * c + 1u]);
+        s_meta = vec4<u32>(aux[prm.aux_chunks + 4u * c], aux[prm.aux_chunks + 4u * c + 1u], 0u, 0u);
     }
     let mt = workgroupUniformLoad(&s_meta);
     let t0 = mt.x;
@@ -134,17 +123,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base_gl = base_w + ws_gl(K);
     let base_u = slot * 64u * V4;
 
-    // Dot-product tile loads: rows li + 16 r (r < 4), channel d0 + ld_c; issued now for d0 = 0.
-    let li = tid / 16u;
-    let ld_c = tid % 16u;
-    var pk0 = qk_at(1u, li, ld_c, t0, L, h);
-    var pk1 = qk_at(1u, li + 16u, ld_c, t0, L, h);
-    var pk2 = qk_at(1u, li + 32u, ld_c, t0, L, h);
-    var pk3 = qk_at(1u, li + 48u, ld_c, t0, L, h);
-    var pq0 = qk_at(0u, li, ld_c, t0, L, h);
-    var pq1 = qk_at(0u, li + 16u, ld_c, t0, L, h);
-    var pq2 = qk_at(0u, li + 32u, ld_c, t0, L, h);
-    var pq3 = qk_at(0u, li + 48u, ld_c, t0, L, h);
+    // The first operand tile of step 2, loaded during the gates (gdn_intra_*.wgsl).
+    let pre2 = gdn_dots_first(tid, t0, L, h);
 
     // 1. gates and betas
     if (tid < 64u) {
@@ -181,70 +161,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         s_gam[tid] = acc;
     }
 
-    // 2. K Kᵀ and Q Kᵀ, rows 4 ty + a (kk_a, qk_a), columns 4 tx ..; tiles of 16 channels stored
-    //    channel-major (Kᵀ at 0, Qᵀ at 16 XT), the next tile loaded while this one is used.
-    //    Invocations 0..127 also sum the squares of row tid % 64 of k (< 64) or q.
+    // 2. K Kᵀ and Q Kᵀ, rows 4 ty + a (kk_a, qk_a), columns 4 tx ..; invocations 0..127 also
+    //    get the summed squares of row tid % 64 of k (< 64) or q (gdn_intra_*.wgsl).
     let ty = tid / 16u;
     let tx = tid % 16u;
-    var kk0 = vec4<f32>(0.0);
-    var kk1 = vec4<f32>(0.0);
-    var kk2 = vec4<f32>(0.0);
-    var kk3 = vec4<f32>(0.0);
-    var qk0 = vec4<f32>(0.0);
-    var qk1 = vec4<f32>(0.0);
-    var qk2 = vec4<f32>(0.0);
-    var qk3 = vec4<f32>(0.0);
-    var ss = 0.0;
-    let nrow = tid % 64u;
-    let nbase = select(16u * XT, 0u, tid < 64u);
-    for (var d0 = 0u; d0 < K; d0 += 16u) {
-        x_set(ld_c * XT + li, pk0);
-        x_set(ld_c * XT + li + 16u, pk1);
-        x_set(ld_c * XT + li + 32u, pk2);
-        x_set(ld_c * XT + li + 48u, pk3);
-        x_set(16u * XT + ld_c * XT + li, pq0);
-        x_set(16u * XT + ld_c * XT + li + 16u, pq1);
-        x_set(16u * XT + ld_c * XT + li + 32u, pq2);
-        x_set(16u * XT + ld_c * XT + li + 48u, pq3);
-        workgroupBarrier();
-        let dn = d0 + 16u + ld_c;
-        pk0 = qk_at(1u, li, dn, t0, L, h);
-        pk1 = qk_at(1u, li + 16u, dn, t0, L, h);
-        pk2 = qk_at(1u, li + 32u, dn, t0, L, h);
-        pk3 = qk_at(1u, li + 48u, dn, t0, L, h);
-        pq0 = qk_at(0u, li, dn, t0, L, h);
-        pq1 = qk_at(0u, li + 16u, dn, t0, L, h);
-        pq2 = qk_at(0u, li + 32u, dn, t0, L, h);
-        pq3 = qk_at(0u, li + 48u, dn, t0, L, h);
-        if (prm.l2norm == 1u && tid < 128u) {
-            for (var dd = 0u; dd < 16u; dd++) {
-                let x = x_get(nbase + dd * XT + nrow);
-                ss += x * x;
-            }
-        }
-        if (tx <= ty && (PROBE & 16u) == 0u) {
-            for (var dd = 0u; dd < 16u; dd++) {
-                let ka = s_x[dd * (XT / 4u) + ty];
-                let qa = s_x[4u * XT + dd * (XT / 4u) + ty];
-                let kj = s_x[dd * (XT / 4u) + tx];
-                kk0 += ka.x * kj;
-                kk1 += ka.y * kj;
-                kk2 += ka.z * kj;
-                kk3 += ka.w * kj;
-                qk0 += qa.x * kj;
-                qk1 += qa.y * kj;
-                qk2 += qa.z * kj;
-                qk3 += qa.w * kj;
-            }
-        }
-        workgroupBarrier();
-    }
-    store_norm(tid, nrow, ss, L);
+    let dots = gdn_dots(tid, t0, L, h, pre2);
+    store_norm(tid, tid % 64u, dots.ss, L);
     workgroupBarrier();
-    put_ap(ty * 4u, tx, kk0, qk0, L, base_p);
-    put_ap(ty * 4u + 1u, tx, kk1, qk1, L, base_p);
-    put_ap(ty * 4u + 2u, tx, kk2, qk2, L, base_p);
-    put_ap(ty * 4u + 3u, tx, kk3, qk3, L, base_p);
+    put_ap(ty * 4u, tx, dots.kk0, dots.qk0, L, base_p);
+    put_ap(ty * 4u + 1u, tx, dots.kk1, dots.qk1, L, base_p);
+    put_ap(ty * 4u + 2u, tx, dots.kk2, dots.qk2, L, base_p);
+    put_ap(ty * 4u + 3u, tx, dots.kk3, dots.qk3, L, base_p);
     workgroupBarrier();
 
     // Row factors of step 4 (after the norms; read after the solve's barriers).
@@ -257,59 +184,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         s_fq[tid] = select(0.0, prm.scale * s_rq[tid] * eg, live);
     }
 
-    // The first source tile of step 4 (k of channels 0..63), loaded during the solve. Staging
-    // mapping: rows sm + 16 r (r < 4), vec4 column sq (16 lanes cover a 64-column row).
-    let ntk = (K + 63u) / 64u;
-    let ntv = (V4 + 63u) / 64u;
-    let ntot = 2u * ntk + ntv;
-    let sm = tid / 16u;
-    let sq = tid % 16u;
-    var r0 = src4(0u, sm, sq, t0, L, h, hv);
-    var r1 = src4(0u, sm + 16u, sq, t0, L, h, hv);
-    var r2 = src4(0u, sm + 32u, sq, t0, L, h, hv);
-    var r3 = src4(0u, sm + 48u, sq, t0, L, h, hv);
+    // The first source tile of step 4, loaded during the solve (gdn_intra_*.wgsl).
+    let pre = gdn_step4_first(tid, t0, L, h, hv);
 
     // 3. T = (I + A)^-1 (intra.wgsl), left as packed triangular Tᵀ in s_x
     if ((PROBE & 4u) == 0u) {
         solve_t(tid, L);
     }
 
-    // 4. One stream of 64 x 64 source tiles staged in s_at: W = T (β K e^Γ) (kind 0, which also
-    //    writes kdec), U = T (β V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a transpose). The
-    //    product gives each invocation a 4 x 4 block (rows 4 ty .., vec4 column tx); the next
-    //    tile's raw values are loaded into r0..r3 while the current one is used.
-    let nrun = select(ntot, 0u, (PROBE & 8u) != 0u);
-    for (var tile = 0u; tile < nrun; tile++) {
-        var kind = 0u;
-        var c0 = tile * 64u;
-        if (tile >= ntk + ntv) {
-            kind = 2u;
-            c0 = (tile - ntk - ntv) * 64u;
-        } else if (tile >= ntk) {
-            kind = 1u;
-            c0 = (tile - ntk) * 64u;
-        }
-        stage_src(kind, c0, sm, sq, r0, base_kd);
-        stage_src(kind, c0, sm + 16u, sq, r1, base_kd);
-        stage_src(kind, c0, sm + 32u, sq, r2, base_kd);
-        stage_src(kind, c0, sm + 48u, sq, r3, base_kd);
-        workgroupBarrier();
-        let tn = min(tile + 1u, ntot - 1u);
-        r0 = src4(tn, sm, sq, t0, L, h, hv);
-        r1 = src4(tn, sm + 16u, sq, t0, L, h, hv);
-        r2 = src4(tn, sm + 32u, sq, t0, L, h, hv);
-        r3 = src4(tn, sm + 48u, sq, t0, L, h, hv);
-        if (kind == 2u) {
-            store_qd(base_qd, tid, c0);
-        } else {
-            let blk = t_product(ty, tx, L);
-            if (kind == 0u) {
-                store_w(base_w, ty, tx, c0, blk, L);
-            } else {
-                store_u(base_u, ty, tx, c0, blk, L);
-            }
-        }
-        workgroupBarrier();
+    // 4. W = T (β K e^Γ) (which also writes kdec), U = T (β V), qdecᵀ = (scale q e^Γ)ᵀ:
+    //    gdn_intra_f32.wgsl (f32 register tiles) or gdn_intra_coop.wgsl (cooperative matrices).
+    if ((PROBE & 8u) == 0u) {
+        gdn_step4(tid, t0, L, h, hv, base_w, base_kd, base_qd, base_u, pre);
     }
 
     // 5. kdec padding columns and e^Γ_last

@@ -37,6 +37,39 @@ fn put_kdec(base_kd: u32, m: u32, d0: u32, kd: vec4<f32>) {
     }
 }
 
+// Register blocks of the gdn stage's hooks (gdn_intra_f32.wgsl, gdn_intra_coop.wgsl; unused by
+// kda). Pre2: the raw operands of step 2's first tile, loaded before the gates (the mapping is
+// the hook file's).
+struct Pre2 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+    c: vec4<f32>,
+    d: vec4<f32>,
+}
+
+// Step 2's results for invocation (ty, tx) = (tid / 16, tid % 16): rows 4 ty + a of K Kᵀ (kk_a)
+// and Q Kᵀ (qk_a), columns 4 tx ..; ss: the summed squares of row tid % 64 of k (tid < 64) or
+// q (tid < 128).
+struct Dots {
+    kk0: vec4<f32>,
+    kk1: vec4<f32>,
+    kk2: vec4<f32>,
+    kk3: vec4<f32>,
+    qk0: vec4<f32>,
+    qk1: vec4<f32>,
+    qk2: vec4<f32>,
+    qk3: vec4<f32>,
+    ss: f32,
+}
+
+// The raw values of one step-4 source tile held by an invocation (mapping: the hook file's).
+struct Src4 {
+    r0: vec4<f32>,
+    r1: vec4<f32>,
+    r2: vec4<f32>,
+    r3: vec4<f32>,
+}
+
 // The q/k/v loaders of the two stages (inputs.wgsl's `ld` at clamped indices).
 
 // q (which 0) or k (1) of chunk row i, channel d: an unconditional load (row t0, channel 0 when

@@ -5,8 +5,8 @@
 // tensor-core class of SPEC.md section 9 (W, S, kdec and V_new enter the products as f16; the
 // running state, U, V_new in the workspace, h and every sum stay f32).
 //
-// v2: W and kdec come as f16 from ws16 (binding 7), written by the intra stage with WS16 = 1
-// (slot of 128 K halves: Wᵀ [K][64], then kdec [64][K]), and the matrix operations read them
+// v2: W and kdec come as f16 from ws16 (binding 7), written by the intra stage (slot layout:
+// common.wgsl's ws16_slot; Wᵀ [K][64], then kdec [64][K]), and the matrix operations read them
 // straight from storage: no staging through workgroup memory (v1 staged the f32 wsa parts as
 // f16 in four stages of two barriers each per chunk; 1.19 ms at gdn 16/32 1x8192). Per chunk:
 //   S as f16 into s_s16; barrier;
@@ -31,14 +31,20 @@
 //
 // SAFETY (unchecked module): as prefill_state.wgsl for wsa (e^Γ_last), wsu, wsh, st and outs (U
 // and V_new columns e_v + 7 < V because V is a multiple of 32 and vt < V / 32). ws16 reads stay
-// in slot (c hvb + z) of 128 K halves, which the host sized for hvb x chunks slots: W tiles at
-// (16 k + c) 64 + 16 wi + r < 64 K (k < K / 16, wi < 4; r, c < 16), kdec tiles at
-// 64 K + (16 k + c) K + 16 td + r < 128 K (k < 4, td < K / 16). Workgroup indices: s_s16
+// in slot (c hvb + z) of ws16_slot(K, V, is_kda) halves, which the host sized for hvb x chunks
+// slots: W tiles at (16 k + c) 64 + 16 wi + r < 64 K (k < K / 16, wi < 4; r, c < 16), kdec tiles
+// at 64 K + (16 k + c) K + 16 td + r < 128 K (k < 4, td < K / 16); with OUT16 (gdn slots only)
+// h at ws16_h + (d_s + 3) V + e_s + 3 < ws16_vn (d_s + 3 < K, e_s + 3 < V) and V_new at
+// ws16_vn + vi V + e_v + 3 < ws16_vn + 64 V (vi < 64, e_v + 3 < V). Workgroup indices: s_s16
 // (16 k + r) 32 + 16 wc + c < 32 K <= 4096; s_v16 (16 k + r) 32 + 16 wc + c < 2048; s_c tiles
 // inside [64][32] (W·S) and [K][32] (ΔS); S copy rows d_s + 3 < K; V_new rows vi < 64,
 // columns vc + 7 < 32.
 
-@group(0) @binding(7) var<storage, read> ws16: array<f16>;
+@group(0) @binding(7) var<storage, read_write> ws16: array<f16>;
+
+// 1 (gdn): h and V_new go to ws16 as f16 for the cooperative-matrix output pass
+// (prefill_output_coop.wgsl) instead of f32 into wsh / wsu; 0 (kda): f32, for prefill_output.wgsl.
+override OUT16: u32 = 0u;
 
 var<workgroup> s_s16: array<f16, 4096>;   // S [K][32] (f16, operand of W·S)
 var<workgroup> s_v16: array<f16, 2048>;   // V_new [64][32] (f16, operand of ΔS)
@@ -75,23 +81,55 @@ fn u4(base_u: u32, i: u32, e: u32, l: u32) -> vec4<f32> {
     return vec4<f32>(wsu[o], wsu[o + 1u], wsu[o + 2u], wsu[o + 3u]);
 }
 
-// V_new row i, columns e .. e + 3 (local c .. c + 3): into wsu inside the chunk, into s_v16
-// (zeros outside the chunk).
-fn put_vnew16(base_u: u32, i: u32, e: u32, c: u32, l: u32, v: vec4<f32>) {
+// V_new row i, columns e .. e + 3 (local c .. c + 3): into wsu inside the chunk (OUT16 = 0) or
+// into ws16 at vn16 (OUT16 = 1, every row, zeros outside the chunk), and into s_v16.
+fn put_vnew16(base_u: u32, vn16: u32, i: u32, e: u32, c: u32, l: u32, v: vec4<f32>) {
     var x = vec4<f32>(0.0);
     if (i < l) {
         x = v;
-        let o = base_u + i * k4(HEAD_V) + e;
-        wsu[o] = x.x;
-        wsu[o + 1u] = x.y;
-        wsu[o + 2u] = x.z;
-        wsu[o + 3u] = x.w;
+        if (OUT16 == 0u) {
+            let o = base_u + i * k4(HEAD_V) + e;
+            wsu[o] = x.x;
+            wsu[o + 1u] = x.y;
+            wsu[o + 2u] = x.z;
+            wsu[o + 3u] = x.w;
+        }
+    }
+    if (OUT16 == 1u) {
+        let o = vn16 + i * HEAD_V + e;
+        ws16[o] = f16(x.x);
+        ws16[o + 1u] = f16(x.y);
+        ws16[o + 2u] = f16(x.z);
+        ws16[o + 3u] = f16(x.w);
     }
     let q = i * 32u + c;
     s_v16[q] = f16(x.x);
     s_v16[q + 1u] = f16(x.y);
     s_v16[q + 2u] = f16(x.z);
     s_v16[q + 3u] = f16(x.w);
+}
+
+// h rows d .. d + 3, columns e .. e + 3 as f16 into ws16 at h16 ([K][V], OUT16 = 1).
+fn put_h16(h16: u32, d: u32, e: u32, s0: vec4<f32>, s1: vec4<f32>, s2: vec4<f32>, s3: vec4<f32>) {
+    if (d < HEAD_K) {
+        let o = h16 + d * HEAD_V + e;
+        ws16[o] = f16(s0.x);
+        ws16[o + 1u] = f16(s0.y);
+        ws16[o + 2u] = f16(s0.z);
+        ws16[o + 3u] = f16(s0.w);
+        ws16[o + HEAD_V] = f16(s1.x);
+        ws16[o + HEAD_V + 1u] = f16(s1.y);
+        ws16[o + HEAD_V + 2u] = f16(s1.z);
+        ws16[o + HEAD_V + 3u] = f16(s1.w);
+        ws16[o + 2u * HEAD_V] = f16(s2.x);
+        ws16[o + 2u * HEAD_V + 1u] = f16(s2.y);
+        ws16[o + 2u * HEAD_V + 2u] = f16(s2.z);
+        ws16[o + 2u * HEAD_V + 3u] = f16(s2.w);
+        ws16[o + 3u * HEAD_V] = f16(s3.x);
+        ws16[o + 3u * HEAD_V + 1u] = f16(s3.y);
+        ws16[o + 3u * HEAD_V + 2u] = f16(s3.z);
+        ws16[o + 3u * HEAD_V + 3u] = f16(s3.w);
+    }
 }
 
 @compute @workgroup_size(256)
@@ -148,14 +186,18 @@ fn main(
         let qb = slot * q_slot;
         let base_u = slot * 64u * V4;
         let q_h = slot * K * V4 / 4u;
-        let w16 = slot * 128u * K;           // Wᵀ [K][64] halves
+        let w16 = slot * ws16_slot(K, HEAD_V, prm.is_kda);   // Wᵀ [K][64] halves
         let kd16 = w16 + 64u * K;            // kdec [64][K] halves
 
         let ua = u4(base_u, vi, e_v, l);
         let ub = u4(base_u, vi, e_v + 4u, l);
         let gl = wsa[qb + ws_gl(K) / 4u + min(sr, KQ - 1u)];
 
-        put_h(q_h, d_s, e_s, s0, s1, s2, s3);
+        if (OUT16 == 1u) {
+            put_h16(w16 + ws16_h(K), d_s, e_s, s0, s1, s2, s3);
+        } else {
+            put_h(q_h, d_s, e_s, s0, s1, s2, s3);
+        }
 
         // S as f16 (orders the previous chunk's reads of s_s16 and s_c before these stores)
         workgroupBarrier();
@@ -179,8 +221,9 @@ fn main(
         workgroupBarrier();
 
         // V_new = U − W·S, S scaled
-        put_vnew16(base_u, vi, e_v, vc, l, ua - s_c4(vi, vc));
-        put_vnew16(base_u, vi, e_v + 4u, vc + 4u, l, ub - s_c4(vi, vc + 4u));
+        let vn16 = w16 + ws16_vn(K, HEAD_V);
+        put_vnew16(base_u, vn16, vi, e_v, vc, l, ua - s_c4(vi, vc));
+        put_vnew16(base_u, vn16, vi, e_v + 4u, vc + 4u, l, ub - s_c4(vi, vc + 4u));
         s0 *= gl.x;
         s1 *= gl.y;
         s2 *= gl.z;

@@ -101,6 +101,38 @@ pub fn build(shader: Shader, constants: &[(&str, f64)], checked: bool) -> Result
         .subgroup_operations(naga::valid::SubgroupOperationSet::all())
         .validate(&module)
         .map_err(|e| fail(e.emit_to_string_with_path(&source, shader.name())))?;
+    // every binding the stage declares, taken before override processing compacts the module
+    // (which drops the globals the entry point does not use): the layout stays a superset of
+    // the SPIR-V's bindings and matches the host's bind group (e.g. the coop output pass binds
+    // the f32 workspaces it leaves to the f32 output pass)
+    let mut bindings = Vec::new();
+    for (_, g) in module.global_variables.iter() {
+        let Some(rb) = &g.binding else { continue };
+        if rb.group != 0 {
+            return Err(fail(format!(
+                "binding group {} (only group 0 is laid out)",
+                rb.group
+            )));
+        }
+        let ty = match g.space {
+            naga::AddressSpace::Uniform => wgpu::BufferBindingType::Uniform,
+            naga::AddressSpace::Storage { access } => wgpu::BufferBindingType::Storage {
+                read_only: !access.contains(naga::StorageAccess::STORE),
+            },
+            other => return Err(fail(format!("binding {} in {other:?}", rb.binding))),
+        };
+        bindings.push(wgpu::BindGroupLayoutEntry {
+            binding: rb.binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        });
+    }
+    bindings.sort_by_key(|b| b.binding);
     let mut pc = naga::back::PipelineConstants::default();
     for (k, v) in constants {
         pc.insert((*k).to_string(), *v);
@@ -150,34 +182,6 @@ pub fn build(shader: Shader, constants: &[(&str, f64)], checked: bool) -> Result
         words
     };
 
-    let mut bindings = Vec::new();
-    for (_, g) in module.global_variables.iter() {
-        let Some(rb) = &g.binding else { continue };
-        if rb.group != 0 {
-            return Err(fail(format!(
-                "binding group {} (only group 0 is laid out)",
-                rb.group
-            )));
-        }
-        let ty = match g.space {
-            naga::AddressSpace::Uniform => wgpu::BufferBindingType::Uniform,
-            naga::AddressSpace::Storage { access } => wgpu::BufferBindingType::Storage {
-                read_only: !access.contains(naga::StorageAccess::STORE),
-            },
-            other => return Err(fail(format!("binding {} in {other:?}", rb.binding))),
-        };
-        bindings.push(wgpu::BindGroupLayoutEntry {
-            binding: rb.binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty,
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        });
-    }
-    bindings.sort_by_key(|b| b.binding);
     Ok(CoopModule {
         words,
         bindings,
@@ -198,6 +202,11 @@ mod tests {
                 assert_eq!(m.words[0], 0x0723_0203);
                 assert_eq!(m.workgroup_size, [256, 1, 1]);
                 assert!(m.bindings.len() >= 2);
+                // every declared binding is laid out (0..=n, the host binds them in order),
+                // also those the entry point does not use
+                let b: Vec<u32> = m.bindings.iter().map(|b| b.binding).collect();
+                let n = b.len() as u32;
+                assert_eq!(b, (0..n).collect::<Vec<u32>>(), "{}", s.name());
                 // no VulkanMemoryModel capability, memory model GLSL450
                 let mut i = 5;
                 let mut model = None;

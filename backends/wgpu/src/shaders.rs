@@ -18,6 +18,16 @@ pub const WS16_OFF_FILE: &str = "ws16_off.wgsl";
 const WS16_OFF: &str = include_str!("../../../shaders/ws16_off.wgsl");
 pub const WS16_ON_FILE: &str = "ws16_on.wgsl";
 const WS16_ON: &str = include_str!("../../../shaders/ws16_on.wgsl");
+/// The f16 workspace prelude of the `coop` kernel's gdn intra stage (a cooperative-matrix module:
+/// f16 elements; ws16_on.wgsl packs words for the kda variant, which is not one).
+pub const WS16_GDN_FILE: &str = "ws16_gdn.wgsl";
+const WS16_GDN: &str = include_str!("../../../shaders/ws16_gdn.wgsl");
+/// The last prelude of the gdn intra stage: its steps 2 (K Kᵀ, Q Kᵀ) and 4 (W, U, qdec) with f32
+/// register tiles, or on cooperative matrices in the `coop` kernel's variant.
+pub const GDN_INTRA_F32_FILE: &str = "gdn_intra_f32.wgsl";
+const GDN_INTRA_F32: &str = include_str!("../../../shaders/gdn_intra_f32.wgsl");
+pub const GDN_INTRA_COOP_FILE: &str = "gdn_intra_coop.wgsl";
+const GDN_INTRA_COOP: &str = include_str!("../../../shaders/gdn_intra_coop.wgsl");
 /// The prelude of the two state-pass stages (bindings, state loaders and writers, staging spans).
 pub const STATE_FILE: &str = "state.wgsl";
 const STATE: &str = include_str!("../../../shaders/state.wgsl");
@@ -36,7 +46,8 @@ pub enum Shader {
     GdnPrefillIntra,
     /// kda prefill, chunk-parallel intra stage (per-channel Γ).
     KdaPrefillIntra,
-    /// The gdn intra stage of the `coop` kernel: Wᵀ and kdec as f16 (ws16_on.wgsl).
+    /// The gdn intra stage of the `coop` kernel: Wᵀ, kdec, qdecᵀ and Pᵀ as f16 (ws16_gdn.wgsl),
+    /// steps 2 and 4 on cooperative matrices (gdn_intra_coop.wgsl).
     GdnPrefillIntraCoop,
     /// The kda intra stage of the `coop` kernel.
     KdaPrefillIntraCoop,
@@ -47,6 +58,9 @@ pub enum Shader {
     PrefillStateCoop,
     /// Chunk-parallel output pass (gdn and kda).
     PrefillOutput,
+    /// The output pass on cooperative matrices over f16 operands in ws16 (gdn in the `coop`
+    /// kernel).
+    PrefillOutputCoop,
 
     /// Token recurrence for decode (gdn and kda by the `IS_KDA` override).
     Decode,
@@ -55,7 +69,7 @@ pub enum Shader {
 }
 
 impl Shader {
-    pub const ALL: [Shader; 9] = [
+    pub const ALL: [Shader; 10] = [
         Shader::GdnPrefillIntra,
         Shader::KdaPrefillIntra,
         Shader::GdnPrefillIntraCoop,
@@ -63,6 +77,7 @@ impl Shader {
         Shader::PrefillState,
         Shader::PrefillStateCoop,
         Shader::PrefillOutput,
+        Shader::PrefillOutputCoop,
         Shader::Decode,
         Shader::Pack16,
     ];
@@ -74,6 +89,7 @@ impl Shader {
             Shader::PrefillState => "prefill_state.wgsl",
             Shader::PrefillStateCoop => "prefill_state_coop.wgsl",
             Shader::PrefillOutput => "prefill_output.wgsl",
+            Shader::PrefillOutputCoop => "prefill_output_coop.wgsl",
             Shader::Decode => "decode.wgsl",
             Shader::Pack16 => "pack16.wgsl",
         }
@@ -92,6 +108,9 @@ impl Shader {
                 include_str!("../../../shaders/prefill_state_coop.wgsl")
             }
             Shader::PrefillOutput => include_str!("../../../shaders/prefill_output.wgsl"),
+            Shader::PrefillOutputCoop => {
+                include_str!("../../../shaders/prefill_output_coop.wgsl")
+            }
             Shader::Decode => include_str!("../../../shaders/decode.wgsl"),
             Shader::Pack16 => include_str!("../../../shaders/pack16.wgsl"),
         }
@@ -100,16 +119,22 @@ impl Shader {
     /// The preludes concatenated in front of this stage, in order.
     fn preludes(self) -> &'static [&'static str] {
         match self {
-            Shader::GdnPrefillIntra | Shader::KdaPrefillIntra => {
-                &[PRELUDE, INPUTS, INTRA, WS16_OFF]
-            }
-            Shader::GdnPrefillIntraCoop | Shader::KdaPrefillIntraCoop => {
-                &[PRELUDE, INPUTS, INTRA, WS16_ON]
-            }
+            Shader::GdnPrefillIntra => &[PRELUDE, INPUTS, INTRA, WS16_OFF, GDN_INTRA_F32],
+            Shader::KdaPrefillIntra => &[PRELUDE, INPUTS, INTRA, WS16_OFF],
+            Shader::GdnPrefillIntraCoop => &[
+                COOP_DIRECTIVES,
+                PRELUDE,
+                INPUTS,
+                INTRA,
+                WS16_GDN,
+                GDN_INTRA_COOP,
+            ],
+            Shader::KdaPrefillIntraCoop => &[PRELUDE, INPUTS, INTRA, WS16_ON],
             Shader::Decode => &[PRELUDE, INPUTS],
             Shader::PrefillState => &[PRELUDE, STATE],
             Shader::PrefillStateCoop => &[COOP_DIRECTIVES, PRELUDE, STATE],
             Shader::PrefillOutput => &[PRELUDE, OUTPUT],
+            Shader::PrefillOutputCoop => &[COOP_DIRECTIVES, PRELUDE, OUTPUT],
             _ => &[PRELUDE],
         }
     }
@@ -137,7 +162,10 @@ impl Shader {
 
     /// Whether the stage uses cooperative matrices (and f16).
     pub fn coop(self) -> bool {
-        matches!(self, Shader::PrefillStateCoop)
+        matches!(
+            self,
+            Shader::PrefillStateCoop | Shader::GdnPrefillIntraCoop | Shader::PrefillOutputCoop
+        )
     }
 
     /// Lines the preludes add in front of the stage file.
@@ -155,8 +183,8 @@ impl Shader {
                 &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"]
             }
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
-            Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V"],
-            Shader::PrefillOutput => &["HEAD_K", "HEAD_V"],
+            Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V", "OUT16"],
+            Shader::PrefillOutput | Shader::PrefillOutputCoop => &["HEAD_K", "HEAD_V"],
             Shader::Decode => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "IS_KDA"],
             Shader::Pack16 => &[],
         }

@@ -40,6 +40,16 @@ pub fn wsa_slot(op: Op, k: usize) -> usize {
     }
 }
 
+/// f16 halves of one (chunk, head) slot of the coop kernel's `ws16` workspace (layout in
+/// `common.wgsl`'s ws16_slot): Wᵀ [K][64], kdec [64][K], and for gdn qdecᵀ [K][64], Pᵀ [64][64],
+/// h [K][V], V_new [64][V] (the operands of the cooperative-matrix output pass).
+pub fn ws16_slot(op: Op, k: usize, v: usize) -> usize {
+    match op {
+        Op::Kda => 128 * k,
+        Op::Gdn => 192 * k + 4096 + k * v + 64 * v,
+    }
+}
+
 struct Batch {
     hvb: u32,
     intra: wgpu::Buffer,
@@ -54,10 +64,12 @@ pub struct Prefill {
     wsa: wgpu::Buffer,
     wsu: wgpu::Buffer,
     wsh: wgpu::Buffer,
-    /// Wᵀ and kdec as f16 (the coop kernel: binding 9 of its intra variant, 7 of its state
-    /// pass), else `None`.
+    /// The coop kernel's f16 workspace (`ws16_slot`): binding 9 of its intra variant, 7 of its
+    /// state pass and of gdn's output pass; else `None`.
     ws16: Option<wgpu::Buffer>,
     batches: Vec<Batch>,
+    /// gdn's coop kernel: the output pass on cooperative matrices (binds ws16 as binding 7)
+    out16: bool,
     chunks: u32,
     seqs: u32,
     nvt_state: u32,
@@ -92,11 +104,19 @@ impl Prefill {
             consts.push(("PROBE", gpu.probe as f64));
         }
         let intra = cache.get(gpu, intra_shader, &consts)?;
+        // gdn's coop kernel also runs the output pass on cooperative matrices: its intra stage
+        // writes qdecᵀ and Pᵀ, its state pass h and V_new as f16 into ws16 (OUT16) instead of
+        // f32 into wsa / wsh / wsu
+        let out16 = coop && p.op == Op::Gdn;
         let (bv, state) = if coop {
             let state = cache.get(
                 gpu,
                 Shader::PrefillStateCoop,
-                &[("HEAD_K", k), ("HEAD_V", v)],
+                &[
+                    ("HEAD_K", k),
+                    ("HEAD_V", v),
+                    ("OUT16", f64::from(u8::from(out16))),
+                ],
             )?;
             (32, state)
         } else {
@@ -113,19 +133,30 @@ impl Prefill {
             )?;
             (bv, state)
         };
-        // (the coop kernel keeps this f32 output pass: a cooperative-matrix version staging
+        // (kda's coop kernel keeps the f32 output pass: a cooperative-matrix version staging
         // f16 operands through workgroup memory measured 0.744 ms against 0.469 ms on the H200,
-        // session 3, bench/NOTES.md)
-        let output = cache.get(gpu, Shader::PrefillOutput, &[("HEAD_K", k), ("HEAD_V", v)])?;
+        // session 3; gdn's reads them straight from ws16, bench/NOTES.md session 8)
+        let output_shader = if out16 {
+            Shader::PrefillOutputCoop
+        } else {
+            Shader::PrefillOutput
+        };
+        let output = cache.get(gpu, output_shader, &[("HEAD_K", k), ("HEAD_V", v)])?;
 
         let nc = sh.tables.chunks as usize;
         let v4 = p.v.div_ceil(4) * 4;
-        // f32 words per head of each workspace (ws16: 128 K halves a slot, coop only)
-        let ws16_words = if coop { nc * 64 * p.k } else { 0 };
+        // f32 words per head of each workspace (ws16 in halves, coop only; h is in ws16 when
+        // out16, so wsh is not used then)
+        let ws16_words = if coop {
+            nc * ws16_slot(p.op, p.k, p.v) / 2
+        } else {
+            0
+        };
+        let wsh_words = if out16 { 0 } else { nc * p.k * v4 };
         let per_head = [
             nc * wsa_slot(p.op, p.k),
             nc * 64 * v4,
-            nc * p.k * v4,
+            wsh_words,
             ws16_words,
         ]
         .into_iter()
@@ -144,7 +175,8 @@ impl Prefill {
         }
         let wsa = gpu.scratch("wsa", (hvb * nc * wsa_slot(p.op, p.k) * 4) as u64);
         let wsu = gpu.scratch("wsu", (hvb * nc * 64 * v4 * 4) as u64);
-        let wsh = gpu.scratch("wsh", (hvb * nc * p.k * v4 * 4) as u64);
+        // (4 words when unused: the state pass still binds it)
+        let wsh = gpu.scratch("wsh", (hvb * wsh_words * 4).max(16) as u64);
         let ws16 = coop.then(|| gpu.scratch("ws16", (hvb * ws16_words * 4) as u64));
 
         let base = base_params(p, &sh.tables);
@@ -196,6 +228,7 @@ impl Prefill {
             wsh,
             ws16,
             batches,
+            out16,
             chunks: sh.tables.chunks,
             seqs: p.seqs as u32,
             nvt_state,
@@ -239,20 +272,24 @@ impl Prefill {
                 label: "prefill state",
             });
             if self.chunks > 0 {
+                let mut storage = vec![
+                    &sh.aux,
+                    &self.wsa,
+                    &self.wsu,
+                    &self.wsh,
+                    &sh.outs,
+                    match (&sh.o16, sh.o_direct) {
+                        (Some(b), true) => b,
+                        _ => &sh.dummy,
+                    },
+                ];
+                if let (true, Some(w16)) = (self.out16, &self.ws16) {
+                    storage.push(w16);
+                }
                 v.push(Dispatch {
                     pipeline: &self.output,
                     uniform: &b.output,
-                    storage: vec![
-                        &sh.aux,
-                        &self.wsa,
-                        &self.wsu,
-                        &self.wsh,
-                        &sh.outs,
-                        match (&sh.o16, sh.o_direct) {
-                            (Some(b), true) => b,
-                            _ => &sh.dummy,
-                        },
-                    ],
+                    storage,
                     groups: [cx, cy, b.hvb * self.nvt_out],
                     label: "prefill output",
                 });
