@@ -60,11 +60,11 @@ if [[ $what == all || $what == sanitize ]]; then
 fi
 if [[ $what == all || $what == bench ]]; then
   echo "== bench"
-  $BIN/deltarule bench --shape anchors --backend cuda:chunked cuda:small-bh cuda --json > "$OUT/ours.jsonl" 2> "$OUT/ours.err"
+  $BIN/deltarule bench --shape anchors --backend ${OURS_BACKENDS:-cuda:chunked cuda:small-bh cuda} --json > "$OUT/ours.jsonl" 2> "$OUT/ours.err"
   tail -3 "$OUT/ours.err"
   if [[ ${FLA:-1} == 1 ]] && [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-    PYTHONUNBUFFERED=1 python3 bench/fla_bench.py ${FLA_ARGS:-} --save-o /tmp/peer_o > "$OUT/fla.jsonl" 2> "$OUT/fla.err"; tail -2 "$OUT/fla.err"
+    PYTHONUNBUFFERED=1 timeout ${FLA_TIMEOUT:-600} python3 bench/fla_bench.py ${FLA_ARGS:-} --save-o /tmp/peer_o > "$OUT/fla.jsonl" 2> "$OUT/fla.err"; tail -2 "$OUT/fla.err"
   fi
   # FlashQLA 0.1.3 (TileLang) and its dependencies, unpacked wheels carried as one archive (the
   # wheels are 82 MB, over a call's carry; see bench/NOTES.md "FlashQLA"), in a process of its
