@@ -57,19 +57,43 @@ var<workgroup> s_cw: array<f32, 2304>;    // W tile column-major [32][64], then 
 fn coop_raw(tile: u32, m: u32, c: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f32> {
     let nw = HEAD_K / 32u;
     if (tile < nw) {
-        let d = 32u * tile + c;
-        return vec4<f32>(qk_at(1u, m, d, t0, l, h), qk_at(1u, m, d + 1u, t0, l, h),
-            qk_at(1u, m, d + 2u, t0, l, h), qk_at(1u, m, d + 3u, t0, l, h));
+        return qk4(1u, m, 32u * tile + c, t0, l, h);
     }
     let e = 32u * (tile - nw) + c;
-    return vec4<f32>(v_at(m, e, t0, l, hv), v_at(m, e + 1u, t0, l, hv),
-        v_at(m, e + 2u, t0, l, hv), v_at(m, e + 3u, t0, l, hv));
+    let ok = m < l && e < HEAD_V;
+    let x = ld4(2u, ((t0 + select(0u, m, ok)) * prm.vheads + hv) * HEAD_V + select(0u, e, ok));
+    return select(vec4<f32>(0.0), x, ok);
 }
 
-// Raw k (which 1) or q (0) of row m, channels d .. d + 3 (zeros beyond K or the chunk).
+// Four consecutive elements e .. e + 3 (e a multiple of 4) of q (which 0), k (1) or v (2): for
+// 16-bit inputs two word loads and four decodes (inputs.wgsl's `ld` loads a word per element).
+fn ld4(which: u32, e: u32) -> vec4<f32> {
+    if (QKV_DT == DT_F32) {
+        return vec4<f32>(ld(which, e), ld(which, e + 1u), ld(which, e + 2u), ld(which, e + 3u));
+    }
+    let w = e >> 1u;
+    var w0: u32;
+    var w1: u32;
+    if (which == 0u) {
+        w0 = qb[w];
+        w1 = qb[w + 1u];
+    } else if (which == 1u) {
+        w0 = kb[w];
+        w1 = kb[w + 1u];
+    } else {
+        w0 = vb[w];
+        w1 = vb[w + 1u];
+    }
+    return vec4<f32>(decode16(w0, 0u, QKV_DT), decode16(w0, 1u, QKV_DT),
+        decode16(w1, 0u, QKV_DT), decode16(w1, 1u, QKV_DT));
+}
+
+// Raw k (which 1) or q (0) of row m, channels d .. d + 3 (d a multiple of 4; zeros beyond K or
+// the chunk; loads at row t0, channel 0 there, as qk_at).
 fn qk4(which: u32, m: u32, d: u32, t0: u32, l: u32, h: u32) -> vec4<f32> {
-    return vec4<f32>(qk_at(which, m, d, t0, l, h), qk_at(which, m, d + 1u, t0, l, h),
-        qk_at(which, m, d + 2u, t0, l, h), qk_at(which, m, d + 3u, t0, l, h));
+    let ok = m < l && d < HEAD_K;
+    let x = ld4(which, ((t0 + select(0u, m, ok)) * prm.heads + h) * HEAD_K + select(0u, d, ok));
+    return select(vec4<f32>(0.0), x, ok);
 }
 
 // Step 2's first block (channels 0..31): k row tid / 4, channels 8 (tid % 4) .. in a, b; q in
