@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/h200_s8e.sh (session 8, last call): the tree as committed after s8d (word loads in the coop
+# bench/h200_s8e.sh (session 8; NOT RUN: the device time ran out before it): the tree as committed after s8d (word loads in the coop
 # gdn intra stage kept, the output pass's prefetch reverted: 0.379 -> 0.422 ms with it): golden
 # diffs on wgpu, the gdn WGSL shapes on wgpu:coop (after a throwaway run) and fla 0.6.0 on the
 # same shapes in the same call. Carry: .dev/pack .gl .whl
