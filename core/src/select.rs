@@ -118,7 +118,10 @@ impl fmt::Display for Need {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Need::ComputeCapability(a, b) => write!(f, "sm_{a}{b}+"),
-            Need::WorkgroupStorage(b) => write!(f, "{} KiB workgroup memory", b / 1024),
+            Need::WorkgroupStorage(b) if b % 1024 == 0 => {
+                write!(f, "{} KiB workgroup memory", b / 1024)
+            }
+            Need::WorkgroupStorage(b) => write!(f, "{b} bytes of workgroup memory"),
             Need::StorageBuffers(n) => write!(f, "{n} storage buffers"),
             Need::Invocations(n) => write!(f, "{n} invocations"),
             Need::Subgroups => f.write_str("subgroups"),
@@ -392,10 +395,16 @@ const WGPU_NEEDS: &[Need] = &[
     Need::Invocations(256),
 ];
 
-/// A wgpu row whose state-pass products run on cooperative matrices (tensor cores): f16
-/// operands, so the tensor-core bound of SPEC.md section 9; K in {64, 128} and V a multiple of 32
-/// (the shader's tiling); preferred by `auto` over the f32 rows where the adapter has them.
-const fn wgpu_coop_rule(id: &'static str, op: Op, note: &'static str) -> Rule {
+/// A wgpu row whose matrix products run on cooperative matrices (tensor cores): f16 operands, so
+/// the tensor-core bound of SPEC.md section 9; K in {64, 128} and V a multiple of 32 (the
+/// shaders' tiling); preferred by `auto` over the f32 rows where the adapter has them. `needs`:
+/// the adapter limits of the op's stages.
+const fn wgpu_coop_rule(
+    id: &'static str,
+    op: Op,
+    needs: &'static [Need],
+    note: &'static str,
+) -> Rule {
     Rule {
         id,
         op,
@@ -406,7 +415,7 @@ const fn wgpu_coop_rule(id: &'static str, op: Op, note: &'static str) -> Rule {
         precision: Precision::Bf16,
         head_k: DimRule::OneOf(&[64, 128]),
         head_v: DimRule::OneOf(&[32, 64, 96, 128, 160, 192, 224, 256]),
-        needs: WGPU_COOP_NEEDS,
+        needs,
         note,
         ..SPEC_CONTRACT
     }
@@ -416,6 +425,17 @@ const WGPU_COOP_NEEDS: &[Need] = &[
     // the intra variant writes the f16 workspace as a ninth storage buffer
     Need::StorageBuffers(9),
     Need::WorkgroupStorage(32 << 10),
+    Need::Invocations(256),
+    Need::ShaderF16,
+    Need::Subgroups,
+    Need::CooperativeMatrix,
+];
+
+/// gdn's coop intra stage holds T, a source tile and an output tile in f16/f32 workgroup arrays
+/// beside the f32 stage's: 48,656 bytes (shaders/gdn_intra_coop.wgsl), within NVIDIA's 48 KiB.
+const WGPU_COOP_GDN_NEEDS: &[Need] = &[
+    Need::StorageBuffers(9),
+    Need::WorkgroupStorage(48_656),
     Need::Invocations(256),
     Need::ShaderF16,
     Need::Subgroups,
@@ -567,14 +587,17 @@ pub static RULES: &[Rule] = &[
     wgpu_coop_rule(
         "wgpu.gdn.prefill.coop",
         Op::Gdn,
-        "WGSL chunked prefill, the state pass's W·S and kdecᵀ·V_new on cooperative matrices \
-         (16x16x16, f16 operands, f32 accumulation; state, U, h and sums in f32); intra and \
-         output passes as the f32 row",
+        WGPU_COOP_GDN_NEEDS,
+        "WGSL chunked prefill with its products on cooperative matrices (16x16x16, f16 operands, \
+         f32 accumulation): the intra stage's K Kᵀ, Q Kᵀ, W and U, the state pass's W·S and \
+         kdecᵀ·V_new, the output pass's qdec·h + P·V_new; the running state, U and sums in f32",
     ),
     wgpu_coop_rule(
         "wgpu.kda.prefill.coop",
         Op::Kda,
-        "WGSL chunked prefill of kda with the cooperative-matrix state pass of wgpu.gdn.prefill.coop",
+        WGPU_COOP_NEEDS,
+        "WGSL chunked prefill of kda: the f32 intra and output passes and the cooperative-matrix \
+         state pass of wgpu.gdn.prefill.coop",
     ),
     wgpu_rule(
         "wgpu.kda.decode.recurrent",
