@@ -446,3 +446,37 @@ fn auto_splits_prefill_while_the_workspace_is_bounded_then_fuses() {
     assert!(why.contains("workspace blocks"), "{why}");
     assert_eq!(pick(Op::Kda, 512, 1024, 32).0, "cuda.kda.prefill.chunked");
 }
+
+/// gdn's coop kernel holds 48,656 bytes of workgroup memory in its intra stage (session 8), kda's
+/// 32 KiB: an adapter with cooperative matrices but 32 KiB of workgroup memory keeps the kda row
+/// and rejects the gdn row with that number, and auto falls back to the f32 kernel for gdn.
+#[test]
+fn the_gdn_coop_row_needs_the_workgroup_memory_of_its_intra_stage() {
+    let mut small = wgpu_coop_caps();
+    small.max_workgroup_storage = 32 << 10;
+    let devices = vec![cpu(), DeviceState::Available(small)];
+    let gdn = Problem::new(Op::Gdn, Mode::Prefill, 1, 1024, 2, 4, 128, 128);
+    let kda = Problem::new(Op::Kda, Mode::Prefill, 1, 1024, 2, 4, 128, 128);
+    let sel = select(
+        &gdn,
+        &devices,
+        Preference::Kernel(BackendKind::Wgpu, Kernel::Coop),
+        Some(8192),
+    );
+    assert!(sel.chosen.is_none());
+    let why = format!("{:?}", sel.rule());
+    assert!(why.contains("48656"), "{why}");
+    let auto = select(&gdn, &devices, Preference::Auto, Some(8192));
+    assert_eq!(auto.chosen.map(|r| r.id), Some("wgpu.gdn.prefill.chunked"));
+    let sel = select(
+        &kda,
+        &devices,
+        Preference::Kernel(BackendKind::Wgpu, Kernel::Coop),
+        Some(8192),
+    );
+    assert_eq!(sel.chosen.map(|r| r.id), Some("wgpu.kda.prefill.coop"));
+    // NVIDIA's 48 KiB fits
+    let devices = vec![cpu(), DeviceState::Available(wgpu_coop_caps())];
+    let sel = select(&gdn, &devices, Preference::Auto, Some(8192));
+    assert_eq!(sel.chosen.map(|r| r.id), Some("wgpu.gdn.prefill.coop"));
+}
