@@ -57,43 +57,9 @@ var<workgroup> s_cw: array<f32, 2304>;    // W tile column-major [32][64], then 
 fn coop_raw(tile: u32, m: u32, c: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f32> {
     let nw = HEAD_K / 32u;
     if (tile < nw) {
-        return qk4(1u, m, 32u * tile + c, t0, l, h);
+        return qk4_at(1u, m, 32u * tile + c, t0, l, h);
     }
-    let e = 32u * (tile - nw) + c;
-    let ok = m < l && e < HEAD_V;
-    let x = ld4(2u, ((t0 + select(0u, m, ok)) * prm.vheads + hv) * HEAD_V + select(0u, e, ok));
-    return select(vec4<f32>(0.0), x, ok);
-}
-
-// Four consecutive elements e .. e + 3 (e a multiple of 4) of q (which 0), k (1) or v (2): for
-// 16-bit inputs two word loads and four decodes (inputs.wgsl's `ld` loads a word per element).
-fn ld4(which: u32, e: u32) -> vec4<f32> {
-    if (QKV_DT == DT_F32) {
-        return vec4<f32>(ld(which, e), ld(which, e + 1u), ld(which, e + 2u), ld(which, e + 3u));
-    }
-    let w = e >> 1u;
-    var w0: u32;
-    var w1: u32;
-    if (which == 0u) {
-        w0 = qb[w];
-        w1 = qb[w + 1u];
-    } else if (which == 1u) {
-        w0 = kb[w];
-        w1 = kb[w + 1u];
-    } else {
-        w0 = vb[w];
-        w1 = vb[w + 1u];
-    }
-    return vec4<f32>(decode16(w0, 0u, QKV_DT), decode16(w0, 1u, QKV_DT),
-        decode16(w1, 0u, QKV_DT), decode16(w1, 1u, QKV_DT));
-}
-
-// Raw k (which 1) or q (0) of row m, channels d .. d + 3 (d a multiple of 4; zeros beyond K or
-// the chunk; loads at row t0, channel 0 there, as qk_at).
-fn qk4(which: u32, m: u32, d: u32, t0: u32, l: u32, h: u32) -> vec4<f32> {
-    let ok = m < l && d < HEAD_K;
-    let x = ld4(which, ((t0 + select(0u, m, ok)) * prm.heads + h) * HEAD_K + select(0u, d, ok));
-    return select(vec4<f32>(0.0), x, ok);
+    return v4_at(m, 32u * (tile - nw) + c, t0, l, hv);
 }
 
 // Step 2's first block (channels 0..31): k row tid / 4, channels 8 (tid % 4) .. in a, b; q in
@@ -101,8 +67,8 @@ fn qk4(which: u32, m: u32, d: u32, t0: u32, l: u32, h: u32) -> vec4<f32> {
 fn gdn_dots_first(tid: u32, t0: u32, l: u32, h: u32) -> Pre2 {
     let m = tid / 4u;
     let cq = 8u * (tid % 4u);
-    return Pre2(qk4(1u, m, cq, t0, l, h), qk4(1u, m, cq + 4u, t0, l, h),
-        qk4(0u, m, cq, t0, l, h), qk4(0u, m, cq + 4u, t0, l, h));
+    return Pre2(qk4_at(1u, m, cq, t0, l, h), qk4_at(1u, m, cq + 4u, t0, l, h),
+        qk4_at(0u, m, cq, t0, l, h), qk4_at(0u, m, cq + 4u, t0, l, h));
 }
 
 // Eight f16 of row m, columns cq .. cq + 7 of the [64][32] block at s_t16[base].
@@ -146,8 +112,8 @@ fn gdn_dots(tid: u32, t0: u32, l: u32, h: u32, pre: Pre2) -> Dots {
         put_t16(2048u, m, cq, p.c, p.d);
         workgroupBarrier();
         let dn = d0 + 32u + cq;
-        p = Pre2(qk4(1u, m, dn, t0, l, h), qk4(1u, m, dn + 4u, t0, l, h),
-            qk4(0u, m, dn, t0, l, h), qk4(0u, m, dn + 4u, t0, l, h));
+        p = Pre2(qk4_at(1u, m, dn, t0, l, h), qk4_at(1u, m, dn + 4u, t0, l, h),
+            qk4_at(0u, m, dn, t0, l, h), qk4_at(0u, m, dn + 4u, t0, l, h));
         for (var kk = 0u; kk < 2u; kk++) {
             let ak = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 32u + 16u * kk], 32u);
             let aq = coopLoadT<coop_mat16x16<f16, A>>(

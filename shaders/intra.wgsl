@@ -18,7 +18,9 @@
 // are < 768 scalars; the W/U/qdec/kdec writes are guarded by the head dims (d < K, columns < V4)
 // and land in the (chunk, head) slot the caller passes. The q/k/v loaders read token t0 + i only
 // for i < L (t0 + L <= T from the chunk table of validated cu_seqlens), else token t0, and channel
-// d < K (e < V), else 0: inside q, k, v.
+// d < K (e < V), else 0: inside q, k, v. ld4 (16-bit inputs) reads words e / 2 and e / 2 + 1 of
+// elements e .. e + 3, which its callers keep inside one row (d + 3 < K when K is a multiple of
+// 4 and d < K, likewise for V).
 
 @group(0) @binding(7) var<storage, read_write> wsa: array<f32>;
 @group(0) @binding(8) var<storage, read_write> wsu: array<f32>;
@@ -87,6 +89,53 @@ fn v_at(i: u32, e: u32, t0: u32, l: u32, hv: u32) -> f32 {
     return select(0.0, x, ok);
 }
 
+// Four consecutive elements e .. e + 3 (e a multiple of 4) of q (which 0), k (1) or v (2): for
+// 16-bit inputs two word loads and four decodes (inputs.wgsl's `ld` loads a word per element).
+fn ld4(which: u32, e: u32) -> vec4<f32> {
+    if (QKV_DT == DT_F32) {
+        return vec4<f32>(ld(which, e), ld(which, e + 1u), ld(which, e + 2u), ld(which, e + 3u));
+    }
+    let w = e >> 1u;
+    var w0: u32;
+    var w1: u32;
+    if (which == 0u) {
+        w0 = qb[w];
+        w1 = qb[w + 1u];
+    } else if (which == 1u) {
+        w0 = kb[w];
+        w1 = kb[w + 1u];
+    } else {
+        w0 = vb[w];
+        w1 = vb[w + 1u];
+    }
+    return vec4<f32>(decode16(w0, 0u, QKV_DT), decode16(w0, 1u, QKV_DT),
+        decode16(w1, 0u, QKV_DT), decode16(w1, 1u, QKV_DT));
+}
+
+// q (which 0) or k (1) of row m, channels d .. d + 3 (d a multiple of 4): two word loads when
+// K is a multiple of 4 (then d < K covers d + 3 and the element offset is a multiple of 4), else
+// four qk_at; zeros beyond K or the chunk, loads at row t0, channel 0 there.
+fn qk4_at(which: u32, m: u32, d: u32, t0: u32, l: u32, h: u32) -> vec4<f32> {
+    if (HEAD_K % 4u == 0u) {
+        let ok = m < l && d < HEAD_K;
+        let row = (t0 + select(0u, m, ok)) * prm.heads + h;
+        return select(vec4<f32>(0.0), ld4(which, row * HEAD_K + select(0u, d, ok)), ok);
+    }
+    return vec4<f32>(qk_at(which, m, d, t0, l, h), qk_at(which, m, d + 1u, t0, l, h),
+        qk_at(which, m, d + 2u, t0, l, h), qk_at(which, m, d + 3u, t0, l, h));
+}
+
+// v of row m, columns e .. e + 3 (e a multiple of 4), as qk4_at.
+fn v4_at(m: u32, e: u32, t0: u32, l: u32, hv: u32) -> vec4<f32> {
+    if (HEAD_V % 4u == 0u) {
+        let ok = m < l && e < HEAD_V;
+        let row = (t0 + select(0u, m, ok)) * prm.vheads + hv;
+        return select(vec4<f32>(0.0), ld4(2u, row * HEAD_V + select(0u, e, ok)), ok);
+    }
+    return vec4<f32>(v_at(m, e, t0, l, hv), v_at(m, e + 1u, t0, l, hv),
+        v_at(m, e + 2u, t0, l, hv), v_at(m, e + 3u, t0, l, hv));
+}
+
 // Raw source elements (row m, columns 4 q .. 4 q + 3) of tile `tile` of the W/U/qdec stream: k for
 // the first ntk tiles, v for the next ntv, q for the last ntk (64 columns a tile). Unconditional
 // loads at clamped indices, zeroed by selection (rows >= L, columns beyond K or V).
@@ -94,18 +143,12 @@ fn src4(tile: u32, m: u32, q: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f32
     let ntk = (HEAD_K + 63u) / 64u;
     let ntv = (k4(HEAD_V) + 63u) / 64u;
     if (tile < ntk) {
-        let d = tile * 64u + 4u * q;
-        return vec4<f32>(qk_at(1u, m, d, t0, l, h), qk_at(1u, m, d + 1u, t0, l, h),
-            qk_at(1u, m, d + 2u, t0, l, h), qk_at(1u, m, d + 3u, t0, l, h));
+        return qk4_at(1u, m, tile * 64u + 4u * q, t0, l, h);
     }
     if (tile < ntk + ntv) {
-        let e = (tile - ntk) * 64u + 4u * q;
-        return vec4<f32>(v_at(m, e, t0, l, hv), v_at(m, e + 1u, t0, l, hv),
-            v_at(m, e + 2u, t0, l, hv), v_at(m, e + 3u, t0, l, hv));
+        return v4_at(m, (tile - ntk) * 64u + 4u * q, t0, l, hv);
     }
-    let d = (tile - ntk - ntv) * 64u + 4u * q;
-    return vec4<f32>(qk_at(0u, m, d, t0, l, h), qk_at(0u, m, d + 1u, t0, l, h),
-        qk_at(0u, m, d + 2u, t0, l, h), qk_at(0u, m, d + 3u, t0, l, h));
+    return qk4_at(0u, m, (tile - ntk - ntv) * 64u + 4u * q, t0, l, h);
 }
 
 // The reciprocal L2 norms from the summed squares: invocations 0..63 hold k row `nrow`'s sum,
