@@ -43,5 +43,20 @@ extern "C" __global__ void __launch_bounds__(160, 1) gdn_prefill_statewg(const P
 }
 #endif
 
+#if HAS_STATE_WG
+// small-bh stage 1 of the T-form (16-bit inputs, with gdn_prefill_statewgt): grid (table_rows, HV),
+// 256 threads, shared Lay<false, true>::TOTAL; writes the TLay block (T_w, T_u, P, factors).
+extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_intrat(const Params p) {
+    smallbh_intra<false, true>(p);
+}
+
+// The T-form wgmma state pass (sm_90a, K in {64, 128}, V >= 64): grid (V / 64, HV, N), 160
+// threads, shared GTLay::TOTAL; k, q, v rows and the TLay blocks through the tensor maps in `tm`.
+extern "C" __global__ void __launch_bounds__(160, 1) gdn_prefill_statewgt(const Params p,
+                                                                          const __grid_constant__ TmapQuad tm) {
+    smallbh_state_wgt(p, tm);
+}
+#endif
+
 // The size table the host reads (prefill.cuh, PREFILL_SIZES).
-extern "C" __device__ int gdn_prefill_sizes[11] = PREFILL_SIZES(false);
+extern "C" __device__ int gdn_prefill_sizes[13] = PREFILL_SIZES(false);

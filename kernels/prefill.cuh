@@ -338,7 +338,10 @@ struct Lay {
     static constexpr int TB = align16(imax(SL_END, VBT + 64 * VP * 2)); // T' hi, lo [64][CP] u16
     static constexpr int SB = SCR;                          // fused state pass: S bf16 [KD][VP]
     static constexpr int VNT = SB + KD * VP * 2;            //                   V_new  [64][VP]
-    static constexpr int TOTAL = imax(TB + 2 * 64 * CP * 2, VNT + 64 * VP * 2);
+    // T-form intra (gdn, TONLY): the rows' L2-norm reciprocals rq, rk [2][64] f32 from step 1a,
+    // then in place the per-token factors of the state pass and e^Γlast (TLay::FACB bytes)
+    static constexpr int FAC = TB + 2 * 64 * CP * 2;
+    static constexpr int TOTAL = imax(FAC + 528, VNT + 64 * VP * 2);
     static_assert(TOTAL <= 232448, "shared memory of the intra stage");
     // (the merge scratch may run into T', which is built after the merges)
     static_assert(TMP + MSB <= TB + 2 * 64 * CP * 2 && TB >= TMP, "merge scratch");
@@ -417,6 +420,24 @@ struct WLay {
     static constexpr int U = MAIN;               // Uᵀ fragments [VD / 16][8][32][4] f32
     static constexpr int BLOCK = U + 64 * VD * 4;
 };
+// The workspace block of the T-form (gdn with 16-bit inputs and the wgmma state pass: the
+// intra kernel `{op}_prefill_intrat` writes it, `{op}_prefill_statewgt` reads it). The state pass
+// computes W·S and U itself from the inputs' k and v rows (see smallbh_state_wgt), so the block
+// holds only the chunk's matrices and per-token factors, ~37 KB instead of WLay's ~92 KB at
+// K = V = 128: T_w = T diag(β e^Γ / |k|) (hi), T_u = T diag(β) (hi, lo), P, each [64][CP] in the
+// mma type (one tensor map views the four as [256][64]), then FQ = scale e^Γ / |q| [64], FK =
+// e^{Γlast - Γ} / |k| [64] and e^Γlast (f32; zero past the chunk's length).
+struct TLay {
+    static constexpr int TWH = 0;
+    static constexpr int TUH = TWH + 64 * CP * 2;
+    static constexpr int TUL = TUH + 64 * CP * 2;
+    static constexpr int P = TUL + 64 * CP * 2;
+    static constexpr int FAC = P + 64 * CP * 2;
+    static constexpr int FACB = 528;  // FQ [64], FK [64], e^Γlast, pad to 16 bytes
+    static constexpr int END = FAC + FACB;
+    // (the T-form exists for K, V >= 64 only: see gdn_prefill.cu)
+    static_assert(END <= WLay::BLOCK || KD < 64 || VD < 64, "the T-form block fits the workspace block");
+};
 // Offset (floats) of U[t][v] in the Uᵀ fragment order above.
 __host__ __device__ constexpr int ut_off(int t, int v) {
     const int g = v & 7, h = (v >> 3) & 1, q = (t >> 1) & 3, j = t & 1;
@@ -447,9 +468,12 @@ static_assert(ut_split_matches(), "U's store offsets (ut_tile + ut_lane) must be
 // --------------------------------------------------------------------------------- intra stage
 // Computes the state-independent products of the chunk [t0, t0 + L) of value head hv into the
 // arena `sm` (layout Lay<KDA>). All NTH threads; ends without a final barrier.
-template <bool KDA, bool DIRECT = false>
+// TONLY (gdn DIRECT only): the T-form block (TLay): steps 1-3, then T_w, T_u, the factors; no
+// X, V, q̃, k̃, W or U (the wgmma state pass smallbh_state_wgt builds W·S and U from the inputs).
+template <bool KDA, bool DIRECT = false, bool TONLY = false>
 __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, char* wdst = nullptr) {
     typedef Lay<KDA, DIRECT> LY;
+    static_assert(!TONLY || (DIRECT && !KDA), "the T-form is gdn's small-bh intra");
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int h = hv / p.group;
 #if PROBE & 256
@@ -521,6 +545,13 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                     rk = frsqrt(warp_sum(sk) + 1e-6f);
                 }
                 if (i >= L) rq = rk = 0.0f;
+                if constexpr (TONLY) {
+                    if (lane == 0) {
+                        float* fac = (float*)(sm + LY::FAC);
+                        fac[i] = rq;
+                        fac[CH + i] = rk;
+                    }
+                }
                 u16* qd = Qs + i * KP + E * lane;
                 u16* kd = Ks + i * KP + E * lane;
                 if constexpr (E == 1) {
@@ -937,7 +968,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     __syncthreads();
     if constexpr (PSTAGE) {
         if (tid == 0 && !(PROBE & 128)) {
-            bulk_s2g(wdst + WLay::P, sm + LY::KDT, 64 * CP * 2);
+            bulk_s2g(wdst + (TONLY ? TLay::P : WLay::P), sm + LY::KDT, 64 * CP * 2);
             bulk_commit();
         }
     }
@@ -1073,6 +1104,45 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     }
 #endif
     TLM(5);
+    if constexpr (TONLY) {
+        // The state pass's factors (in place over rq, rk) and T_w's column factors β e^Γ / |k|
+        // (Tmp is free after the merges); rows past L have rq = rk = β = 0.
+        float* fac = (float*)(sm + LY::FAC);
+        if (tid < CH) {
+            const float e = fexp(G[tid]), rq = fac[tid], rk = fac[CH + tid];
+            fac[tid] = p.scale * e * rq;
+            fac[CH + tid] = fexp(G[63] - G[tid]) * rk;
+            Tmp[tid] = Bs[tid] * e * rk;
+            if (tid == 0) fac[2 * CH] = fexp(G[63]);
+        }
+        __syncthreads();
+        // T_u = T diag(β) hi + lo (Tbh, Tbl), T_w = T diag(β e^Γ / |k|) hi over the dead Ks slot
+        // (Ks and Qs are dead since step 2; [64][CP] fits in the [64][KP] slot)
+        u16* Twh = (u16*)(sm + LY::WM);
+        for (int idx = tid; idx < CH * CH / 2; idx += NTH) {
+            const int i = idx >> 5, j = 2 * (idx & 31);
+            const bool in = (j >> 4) <= (i >> 4);
+            const float a0 = in ? Tf[i * 65 + j] : 0.0f, a1 = in ? Tf[i * 65 + j + 1] : 0.0f;
+            const float t0 = a0 * Bs[j], t1 = a1 * Bs[j + 1];
+            const u32 hi = pack_mma(t0, t1);
+            *(u32*)(Tbh + i * CP + j) = hi;
+            *(u32*)(Tbl + i * CP + j) = pack_mma(t0 - from_mma((u16)(hi & 0xffffu)), t1 - from_mma((u16)(hi >> 16)));
+            *(u32*)(Twh + i * CP + j) = pack_mma(a0 * Tmp[j], a1 * Tmp[j + 1]);
+        }
+        fence_proxy_async();
+        __syncthreads();
+        static_assert(TLay::TUL == TLay::TUH + 64 * CP * 2, "T_u hi, lo adjacent (Tbl = Tbh + 64 CP)");
+        if (tid == 0 && !(PROBE & 128)) {
+            bulk_s2g(wdst + TLay::TWH, sm + LY::WM, 64 * CP * 2);
+            bulk_s2g(wdst + TLay::TUH, sm + LY::TB, 2 * 64 * CP * 2);
+            bulk_s2g(wdst + TLay::FAC, sm + LY::FAC, TLay::FACB);
+        }
+        if (tid == 0) {
+            bulk_commit();
+            bulk_wait_read();  // (P's copy too; the CTA's shared memory must outlive the reads)
+        }
+        return;
+    }
     // gdn: the per-row factors of step 4, e^Γ_i and e^{Γlast - Γ_i} (Tmp is free after the merges).
     if (!KDA && tid < CH) {
         Tmp[tid] = fexp(G[tid]);
@@ -1451,7 +1521,7 @@ __device__ void chunked_fused(const Params& p) {
 // ------------------------------------------------------------------------------ small-bh
 // Intra kernel: grid (table_rows, HV), NTH threads, dynamic shared memory Lay<KDA, true>::TOTAL.
 // Row r of the chunk table (sentinel rows skipped) -> workspace block (r, hv) in WLay layout.
-template <bool KDA>
+template <bool KDA, bool TONLY = false>
 __device__ void smallbh_intra(const Params& p) {
     extern __shared__ __align__(16) char sm[];
     const int row = blockIdx.x, hv = blockIdx.y;
@@ -1461,7 +1531,7 @@ __device__ void smallbh_intra(const Params& p) {
     const int t0 = (int)bos + c * CH;
     const int L = imin(CH, (int)(eos - t0));
     char* dst = (char*)p.work + ((i64)row * p.HV + hv) * WLay::BLOCK;
-    intra_chunk<KDA, true>(p, sm, t0, L, hv, dst);  // (writes the whole block)
+    intra_chunk<KDA, true, TONLY>(p, sm, t0, L, hv, dst);  // (writes the whole block)
 }
 
 // ------------------------------------------------------------------- small-bh state pass (v7)
@@ -2012,6 +2082,247 @@ __device__ void smallbh_state_wg(const Params& p, const TmapPair& tm) {
     const i64 row = final_row(p, n);
     if (row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
 }
+
+// ------------------------------------------- small-bh state pass, wgmma, T-form (v9, gdn only)
+// The wgmma pass of the T-form block (TLay): instead of reading W, q̃, k̃ and U (~92 KB a block at
+// K = V = 128, all written by the intra kernel) it reads the inputs' k, q and v rows of the chunk
+// by TMA and the chunk's T_w, T_u, P and per-token factors (~37 KB) and computes, per chunk:
+//   Y = Sᵀ Kᵀ                              m64n64k16 x KD/16 (B = raw k rows, K-major)
+//   Uᵀ = Vᵀ T_uᵀ (hi + lo)                 m64n64k16 x 8, A = the v rows from shared memory
+//                                          (MN-major, transposed by the descriptor), independent of S
+//   V_newᵀ = Uᵀ - Y T_wᵀ                   m64n64k16 x 4, A = bf16(-Y) from registers
+//   (q̃·S)ᵀ = (Sᵀ Qᵀ) diag(FQ)              m64n64k16 x KD/16, then the accumulator columns scaled
+//   Sᵀ <- e^Γlast Sᵀ + (V_newᵀ diag(FK)) K m64n{KD}k16 x 4 (FK folded into the A fragments)
+//   oᵀ += V_newᵀ Pᵀ                        m64n64k16 x 4
+// since W·S = T diag(β e^Γ / |k|) K_raw S, q̃ = diag(FQ) Q_raw and k̃ = diag(FK) K_raw. The rows of
+// k and v past the chunk's length belong to the next sequence (TMA fills zeros only past the
+// tensor's end): they meet zero columns of T_u, T_w and FK, and are zeroed in shared memory before
+// the products so that a non-finite value there cannot leak in (0 x inf). q's rows past L only
+// reach o's columns past L, which are not stored.
+// Stage (1024-byte aligned): K boxes [NB][64 tokens][64 ch], Q boxes, the V tile [64][64], then
+// T_w, T_u hi, T_u lo, P (one box of 256 rows), the factors. The fetch warp and the barriers are
+// those of smallbh_state_wg.
+struct GTLay {
+    static constexpr int NB = KD / 64;
+    static constexpr int K = 0;
+    static constexpr int Q = K + NB * 8192;
+    static constexpr int V = Q + NB * 8192;
+    static constexpr int TW = V + 8192;
+    static constexpr int TU = TW + 8192;
+    static constexpr int TUL = TU + 8192;
+    static constexpr int P = TUL + 8192;
+    static constexpr int FAC = P + 8192;
+    static constexpr int TX = FAC + TLay::FACB;  // bytes one stage receives
+    static constexpr int STAGE = (TX + 1023) / 1024 * 1024;
+    static constexpr int NST = 3;
+    static constexpr int MB = NST * STAGE;
+    static constexpr int TOTAL = MB + 2 * NST * 8 + 1024;
+    static_assert(TOTAL <= 232448, "shared memory of the T-form wgmma state pass");
+};
+// The four tensor maps of the T-form pass (host: cuTensorMapEncodeTiled per launch): q and k as
+// [T][H K], v as [T][HV V] (boxes of 64 channels x 64 tokens), and the blocks' T_w, T_u hi, lo, P
+// as [blocks][256 rows, CP * 2 bytes apart][64] (one box of 64 x 256).
+struct __align__(64) TmapQuad {
+    unsigned long long q[16];
+    unsigned long long k[16];
+    unsigned long long v[16];
+    unsigned long long t[16];
+};
+__device__ __forceinline__ void tma_load_2d(void* smem, const void* tmap, int x, int y, u64* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+        "[%4];\n" ::"r"(smem_addr(smem)),
+        "l"(tmap), "r"(x), "r"(y), "r"(smem_addr(bar))
+        : "memory");
+}
+// d (64 x 64) += A (descriptor da; TA = 1: A stored M-major) x B (descriptor db; TB = 1: N-major).
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_n64_ss(float (&d)[8][4], u64 da, u64 db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_TY "." WG_TY " {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+}
+// Diagnosis (DELTARULE_CUDA_PROBE bit 2048): U from T_u's hi part only (its lo product left out).
+constexpr bool TU_HI_ONLY = (PROBE & 2048) != 0;
+// Diagnosis (bit 4096): chunk c's o stores at the end of chunk c (in the chain), as in v8.
+constexpr bool EMIT_LATE = (PROBE & 4096) != 0;
+__device__ void smallbh_state_wgt(const Params& p, const TmapQuad& tm) {
+    extern __shared__ __align__(16) char smraw[];
+    char* sm = smraw + ((1024u - (smem_addr(smraw) & 1023u)) & 1023u);
+    constexpr int NST = GTLay::NST, NB = GTLay::NB;
+    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31, q = lane & 3;
+    const int v0 = blockIdx.x * 64, hv = blockIdx.y, n = blockIdx.z;
+    const int h = hv / p.group;
+    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
+    const int len = __shfl_sync(0xffffffffu, (int)(eos - bos), 0);
+    const int r0 = p.chunk_offsets[n];
+    const int nch = __shfl_sync(0xffffffffu, p.chunk_offsets[n + 1] - r0, 0);
+    u64* bars = (u64*)(sm + GTLay::MB);
+    u64* empty = bars + NST;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NST; ++s) {
+            mbar_init(bars + s, 1);
+            mbar_init(empty + s, 4);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();  // barriers initialised (the only block-wide barrier)
+    if (warp == 4) {  // the fetch warp
+        if (lane == 0) {
+            for (int c = 0; c < nch; ++c) {
+                if (c >= NST) {
+                    mbar_wait(empty + c % NST, (c / NST - 1) & 1);
+                    fence_proxy_async();
+                }
+                const int blk = (r0 + c) * p.HV + hv, tok = (int)bos + c * CH;
+                char* st = sm + (c % NST) * GTLay::STAGE;
+                u64* bar = bars + c % NST;
+                mbar_arrive_expect(bar, GTLay::TX);
+#pragma unroll
+                for (int b = 0; b < NB; ++b) {
+                    tma_load_2d(st + GTLay::K + b * 8192, tm.k, h * KD + 64 * b, tok, bar);
+                    tma_load_2d(st + GTLay::Q + b * 8192, tm.q, h * KD + 64 * b, tok, bar);
+                }
+                tma_load_2d(st + GTLay::V, tm.v, hv * VD + v0, tok, bar);
+                tma_load_3d(st + GTLay::TW, tm.t, 0, 0, blk, bar);
+                bulk_g2s(st + GTLay::FAC, (const char*)p.work + (i64)blk * WLay::BLOCK + TLay::FAC, TLay::FACB, bar);
+            }
+        }
+        return;
+    }
+    const int vw = v0 + 16 * warp;
+    float accS[KD / 8][4];
+    load_state_r(p, accS, initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, vw);
+    uint4 sf[KD / 16];
+#pragma unroll
+    for (int ks = 0; ks < KD / 16; ++ks) sf[ks] = s_frag(accS, ks);
+    float accW[8][4], accV[8][4], accO[8][4];
+    // o of chunk c from accO, then the checkpoint after it (accS = S_{c+1}); called while chunk
+    // c + 1's first group runs (neither accO nor accS is in it), so the stores leave the chain
+    auto emit = [&](int c) {
+        const int L = imin(CH, len - c * CH);
+        store_o_t(p, accO, (int)bos + c * CH, L, hv, vw);
+        const i64 pos = (i64)(c + 1) * CH;
+        if (L == CH && p.ck_every > 0 && pos % p.ck_every == 0) {
+            const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
+            store_state_r(p, accS, p.checkpoints, p.s_out_dt, slot, vw);
+        }
+    };
+    for (int c = 0; c < nch; ++c) {
+        mbar_wait(bars + c % NST, (c / NST) & 1);
+        char* st = sm + (c % NST) * GTLay::STAGE;
+        const u32 sb = smem_addr(st);
+        const int L = imin(CH, len - c * CH);
+        if (L < CH) {
+            // the last chunk of the sequence: rows [L, 64) of the k boxes and the v tile
+            const int units = (CH - L) * 8;  // 16-byte units a box (rows of 128 bytes)
+#pragma unroll
+            for (int b = 0; b <= NB; ++b) {
+                uint4* box = (uint4*)(st + (b < NB ? GTLay::K + b * 8192 : GTLay::V) + L * 128);
+                for (int u = threadIdx.x; u < units; u += 128) box[u] = make_uint4(0u, 0u, 0u, 0u);
+            }
+            fence_proxy_async();
+            nbar_sync(1, 128);
+        }
+        // group 1: Y = Sᵀ Kᵀ -> accW; Uᵀ = Vᵀ T_uᵀ -> accV
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < KD / 16; ++ks)
+            wgmma_n64<0>(accW, sf[ks], desc_sw128(sb + GTLay::K + (ks >> 2) * 8192 + 32 * (ks & 3), 16, 1024), ks > 0);
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt)
+            wgmma_n64_ss<1, 0>(accV, desc_sw128(sb + GTLay::V + 2048 * kt, 8192, 1024),
+                               desc_sw128(sb + GTLay::TU + 32 * kt, 16, 1024), kt > 0);
+        if (!TU_HI_ONLY) {
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt)
+                wgmma_n64_ss<1, 0>(accV, desc_sw128(sb + GTLay::V + 2048 * kt, 8192, 1024),
+                                   desc_sw128(sb + GTLay::TUL + 32 * kt, 16, 1024), 1);
+        }
+        wg_commit();
+        if (c > 0 && !EMIT_LATE) emit(c - 1);
+        wg_wait<0>();
+        wg_fence_acc(accW);
+        wg_fence_acc(accV);
+        // group 2: V_newᵀ = Uᵀ - Y T_wᵀ (A = bf16(-Y), one fragment per 16-token step); group 3:
+        // Sᵀ Qᵀ -> accO, issued after it (accW is dead by then: one accumulator fewer in flight,
+        // no spills), running while V_new is packed
+        uint4 ay[4];
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt)
+            ay[kt] = make_uint4(pack_mma(-accW[2 * kt][0], -accW[2 * kt][1]), pack_mma(-accW[2 * kt][2], -accW[2 * kt][3]),
+                                pack_mma(-accW[2 * kt + 1][0], -accW[2 * kt + 1][1]),
+                                pack_mma(-accW[2 * kt + 1][2], -accW[2 * kt + 1][3]));
+        wg_fence();
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) wgmma_n64<0>(accV, ay[kt], desc_sw128(sb + GTLay::TW + 32 * kt, 16, 1024), 1);
+        wg_commit();
+#pragma unroll
+        for (int ks = 0; ks < KD / 16; ++ks)
+            wgmma_n64<0>(accO, sf[ks], desc_sw128(sb + GTLay::Q + (ks >> 2) * 8192 + 32 * (ks & 3), 16, 1024), ks > 0);
+        wg_commit();
+        wg_wait<1>();  // group 2 done
+        wg_fence_acc(accV);
+        const float* F = (const float*)(st + GTLay::FAC);
+        // V_newᵀ as bf16 A fragments: av for oᵀ, ak = V_newᵀ diag(FK) for the update
+        uint4 av[4], ak[4];
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {
+            const float2 f0 = *(const float2*)(F + CH + 16 * kt + 2 * q);
+            const float2 f1 = *(const float2*)(F + CH + 16 * kt + 8 + 2 * q);
+            const float(&a)[4] = accV[2 * kt];
+            const float(&b)[4] = accV[2 * kt + 1];
+            av[kt] = make_uint4(pack_mma(a[0], a[1]), pack_mma(a[2], a[3]), pack_mma(b[0], b[1]), pack_mma(b[2], b[3]));
+            ak[kt] = make_uint4(pack_mma(a[0] * f0.x, a[1] * f0.y), pack_mma(a[2] * f0.x, a[3] * f0.y),
+                                pack_mma(b[0] * f1.x, b[1] * f1.y), pack_mma(b[2] * f1.x, b[3] * f1.y));
+        }
+        const float gl = F[2 * CH];
+#pragma unroll
+        for (int nt = 0; nt < KD / 8; ++nt) {
+            accS[nt][0] *= gl;
+            accS[nt][1] *= gl;
+            accS[nt][2] *= gl;
+            accS[nt][3] *= gl;
+        }
+        wg_wait<0>();  // group 3 done
+        wg_fence_acc(accO);
+        // (q̃·S)ᵀ: column t of accO times FQ[t]
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            const float2 f = *(const float2*)(F + 8 * nt + 2 * q);
+            accO[nt][0] *= f.x;
+            accO[nt][1] *= f.y;
+            accO[nt][2] *= f.x;
+            accO[nt][3] *= f.y;
+        }
+        // group 4: the update (B = raw k rows, N-major across the NB boxes) and oᵀ += V_newᵀ Pᵀ
+        wg_fence();
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) wgmma_nk<1>(accS, ak[kt], desc_sw128(sb + GTLay::K + 2048 * kt, 8192, 1024), 1);
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) wgmma_n64<0>(accO, av[kt], desc_sw128(sb + GTLay::P + 32 * kt, 16, 1024), 1);
+        wg_commit();
+        wg_wait<0>();
+        wg_fence_acc(accS);
+        wg_fence_acc(accO);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + c % NST);
+#pragma unroll
+        for (int ks = 0; ks < KD / 16; ++ks) sf[ks] = s_frag(accS, ks);
+        if (EMIT_LATE) emit(c);
+    }
+    if (nch > 0 && !EMIT_LATE) emit(nch - 1);
+    const i64 row = final_row(p, n);
+    if (row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
+}
 #endif  // HAS_STATE_WG
 
 // The size table of a prefill module, read by the host once per loaded module (cuModuleGetGlobal):
@@ -2019,8 +2330,8 @@ __device__ void smallbh_state_wg(const Params& p, const TmapPair& tm) {
 // (chunk, head), the dynamic shared memory of the small-bh intra kernel, the threads of the
 // small-bh state kernel, the dynamic shared memory and threads of its 16-column variant, and of
 // its 64-column variant (0 where V < 64: no such kernel), and of the wgmma variant (0 where it is
-// not compiled: not sm_90a, K not 64 or 128, or V < 64). Each .cu file defines
-// `{op}_prefill_sizes[11] = PREFILL_SIZES(KDA)`.
+// not compiled: not sm_90a, K not 64 or 128, or V < 64), then of the T-form wgmma pass (gdn only,
+// else 0). Each .cu file defines `{op}_prefill_sizes[13] = PREFILL_SIZES(KDA)`.
 #if HEAD_V >= 64
 #define PREFILL_SIZES64(KDA) RLay<64>::TOTAL, 256
 #else
@@ -2031,7 +2342,13 @@ __device__ void smallbh_state_wg(const Params& p, const TmapPair& tm) {
 #else
 #define PREFILL_SIZES_WG 0, 0
 #endif
+// (the T-form pass: gdn only)
+#if HAS_STATE_WG
+#define PREFILL_SIZES_WGT(KDA) (KDA ? 0 : GTLay::TOTAL), (KDA ? 0 : 160)
+#else
+#define PREFILL_SIZES_WGT(KDA) 0, 0
+#endif
 #define PREFILL_SIZES(KDA)                                                                          \
     {Lay<KDA>::TOTAL, RLay<32>::TOTAL, WLay::BLOCK, Lay<KDA, true>::TOTAL, 128, RLay<16>::TOTAL, 64, \
-     PREFILL_SIZES64(KDA), PREFILL_SIZES_WG}
+     PREFILL_SIZES64(KDA), PREFILL_SIZES_WG, PREFILL_SIZES_WGT(KDA)}
 

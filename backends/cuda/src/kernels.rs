@@ -89,6 +89,8 @@ impl Module {
                 "gdn_prefill_state16",
                 "gdn_prefill_state64",
                 "gdn_prefill_statewg",
+                "gdn_prefill_intrat",
+                "gdn_prefill_statewgt",
             ],
             Module::KdaPrefill => &[
                 "kda_prefill_fused",

@@ -329,9 +329,18 @@ impl CudaBackend {
                 launch_one(&main, &name, (hv, n, 1), 256, smem, stream, &prm, None)?;
             }
             Kernel::SmallBh => {
-                let intra = format!("{prefix}_prefill_intra");
                 let state = format!("{prefix}_prefill_state");
                 let rows = launch::table_rows(p) as u32;
+                let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
+                let have = Variants {
+                    wg: main.sizes[9] > 0,
+                    wgt: main.sizes[11] > 0,
+                };
+                let pass = state_pass(p, sms, self.state_bv, have);
+                let intra = match pass {
+                    StatePass::WgT => format!("{prefix}_prefill_intrat"),
+                    _ => format!("{prefix}_prefill_intra"),
+                };
                 launch_one(
                     &main,
                     &intra,
@@ -342,10 +351,9 @@ impl CudaBackend {
                     &prm,
                     None,
                 )?;
-                let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
-                let bv = match state_pass(p, sms, self.state_bv, main.sizes[9] > 0) {
+                let blocks = rows as u64 * hv as u64;
+                let bv = match pass {
                     StatePass::Wg => {
-                        let blocks = rows as u64 * hv as u64;
                         let maps = tensor_maps(prm.work, blocks, main.sizes[2] as u64, p.k)?;
                         return launch_one(
                             &main,
@@ -355,7 +363,20 @@ impl CudaBackend {
                             main.sizes[9] as u32,
                             stream,
                             &prm,
-                            Some(&maps),
+                            Some(&MapArg::Pair(maps)),
+                        );
+                    }
+                    StatePass::WgT => {
+                        let maps = tensor_maps_t(p, t, prm.work, blocks, main.sizes[2] as u64)?;
+                        return launch_one(
+                            &main,
+                            &format!("{state}wgt"),
+                            ((p.v / 64) as u32, hv, n),
+                            main.sizes[12] as u32,
+                            main.sizes[11] as u32,
+                            stream,
+                            &prm,
+                            Some(&MapArg::Quad(maps)),
                         );
                     }
                     StatePass::Mma(bv) => bv,
@@ -512,17 +533,29 @@ fn state_tile(p: &Problem, sms: usize) -> usize {
 }
 
 /// The small-bh state pass: the mma.sync register-state pass with a V tile of 16, 32 or 64
-/// columns, or the wgmma pass (64-column tiles, one warpgroup; sm_90a, K in {64, 128}).
+/// columns, the wgmma pass (64-column tiles, one warpgroup; sm_90a, K in {64, 128}) over the
+/// intra kernel's W, q̃, k̃, U block, or the T-form wgmma pass (gdn with 16-bit inputs: W·S and U
+/// built in the pass from the inputs' k, v rows and the block's T_w, T_u; `{op}_prefill_intrat`
+/// writes that smaller block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StatePass {
     Mma(usize),
     Wg,
+    WgT,
+}
+
+/// Which wgmma state passes a loaded module has (`wg`: sizes[9] > 0; `wgt`: sizes[11] > 0).
+#[derive(Clone, Copy, Debug)]
+struct Variants {
+    wg: bool,
+    wgt: bool,
 }
 
 impl StatePass {
     fn parse(s: &str) -> Option<StatePass> {
         match s.trim() {
             "wg" => Some(StatePass::Wg),
+            "wgt" => Some(StatePass::WgT),
             t => t
                 .parse()
                 .ok()
@@ -538,16 +571,28 @@ impl StatePass {
 /// the 16-column mma.sync pass); else the mma.sync tile of [`state_tile`]. (Session 7, same
 /// call: wgmma against the mma.sync pass at gdn 16/32 1x8192 0.427 / 0.430 ms, 16x1024 0.798 /
 /// 0.907 (32 col.), kda 64/64 1x8192 1.117 / 1.210.)
-fn state_pass(p: &Problem, sms: usize, forced: Option<StatePass>, wg: bool) -> StatePass {
+///
+/// Where the wgmma pass is picked, the T-form replaces it when it applies ([`t_form_applies`]).
+fn state_pass(p: &Problem, sms: usize, forced: Option<StatePass>, have: Variants) -> StatePass {
+    let wgt = have.wgt && t_form_applies(p);
     match forced {
         Some(StatePass::Mma(bv)) => StatePass::Mma(bv),
-        Some(StatePass::Wg) if wg => StatePass::Wg,
+        Some(StatePass::Wg) if have.wg => StatePass::Wg,
+        Some(StatePass::WgT) if wgt => StatePass::WgT,
         _ => match state_tile(p, sms) {
             16 => StatePass::Mma(16),
-            _ if wg => StatePass::Wg,
+            _ if wgt => StatePass::WgT,
+            _ if have.wg => StatePass::Wg,
             bv => StatePass::Mma(bv),
         },
     }
+}
+
+/// The T-form pass reads q, k and v by TMA as the pass's own operands: they must be 16-bit (bf16
+/// or f16, the module's operand type); gdn only (kda's per-channel decay cannot be folded into
+/// T's columns). The modules compile it only where the wgmma pass exists.
+fn t_form_applies(p: &Problem) -> bool {
+    p.op == Op::Gdn && matches!(p.qkv_dtype, DType::BF16 | DType::F16)
 }
 
 /// The two kernel-parameter tensor maps of the wgmma state pass (`struct TmapPair` in
@@ -559,6 +604,80 @@ struct TmapPair {
     p: sys::CUtensorMap,
 }
 
+/// The four kernel-parameter tensor maps of the T-form pass (`struct TmapQuad`).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct TmapQuad {
+    q: sys::CUtensorMap,
+    k: sys::CUtensorMap,
+    v: sys::CUtensorMap,
+    t: sys::CUtensorMap,
+}
+
+/// The tensor-map parameter of a wgmma state pass.
+#[derive(Clone, Copy)]
+enum MapArg {
+    Pair(TmapPair),
+    Quad(TmapQuad),
+}
+
+/// Encodes one tiled tensor map of 16-bit elements (`dims[0]` innermost, `strides` in bytes for
+/// dims 1..) with boxes `boxes`, landing in the 128-byte swizzle. Host-only work.
+fn encode_map(base: u64, dims: &[u64], strides: &[u64], boxes: &[u32]) -> Result<sys::CUtensorMap> {
+    let rank = dims.len();
+    debug_assert!(strides.len() + 1 == rank && boxes.len() == rank);
+    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    let unit = [1u32; 5];
+    // SAFETY: pure host-side encoding into `map` (128 bytes we own); the slices outlive the call
+    // and hold `rank` (dims, boxes, unit) and `rank - 1` (strides) entries; the driver checks the
+    // address, strides and boxes (16-byte aligned address and strides, box rows <= 256, a
+    // 128-byte inner box for the 128-byte swizzle) and returns an error, never UB.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
+            rank as u32,
+            base as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            unit.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        .result()
+        .map_err(|e| drv("cuTensorMapEncodeTiled", e))?;
+        Ok(map.assume_init())
+    }
+}
+
+/// The T-form pass's maps: q and k as [T][H K] and v as [T][HV V] (16-bit, boxes of 64 channels x
+/// 64 tokens; rows past T read as zeros), and the workspace blocks' T_w, T_u hi, T_u lo, P
+/// (`TLay`: four consecutive [64][72] arrays) as [blocks][256][64] with boxes of 64 x 256.
+fn tensor_maps_t(
+    p: &Problem,
+    t: &DevicePtrs,
+    work: u64,
+    blocks: u64,
+    block: u64,
+) -> Result<TmapQuad> {
+    let tokens = p.tokens.max(1) as u64;
+    let (hk, hvv) = ((p.h * p.k) as u64, (p.hv * p.v) as u64);
+    Ok(TmapQuad {
+        q: encode_map(t.q, &[hk, tokens], &[hk * 2], &[64, 64])?,
+        k: encode_map(t.k, &[hk, tokens], &[hk * 2], &[64, 64])?,
+        v: encode_map(t.v, &[hvv, tokens], &[hvv * 2], &[64, 64])?,
+        t: encode_map(
+            work,
+            &[64, 256, blocks.max(1)],
+            &[72 * 2, block],
+            &[64, 256, 1],
+        )?,
+    })
+}
+
 /// Encodes the tensor maps over the workspace blocks at `work` (`blocks` blocks of `block` bytes,
 /// the layout `WLay` of `kernels/prefill.cuh`, head dim `k`): `wqk` views W, q̃, k̃ (consecutive
 /// [64][k + 8] arrays of 16-bit elements) as [blocks][192][k] with boxes of 64 x 192, `p` views P
@@ -566,39 +685,15 @@ struct TmapPair {
 /// in the 128-byte swizzle the kernel's matrix descriptors name. Host-only work.
 fn tensor_maps(work: u64, blocks: u64, block: u64, k: usize) -> Result<TmapPair> {
     let kp = (k + 8) as u64;
-    let encode = |base: u64, rows: u64, cols: u64, row_bytes: u64| -> Result<sys::CUtensorMap> {
-        let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
-        let dims = [cols, rows, blocks.max(1)];
-        let strides = [row_bytes, block];
-        let boxes = [64u32, rows as u32, 1];
-        let unit = [1u32; 3];
-        // SAFETY: pure host-side encoding into `map` (128 bytes we own); the arrays outlive the
-        // call; the address, strides and box sizes meet the driver's rules (16-byte aligned
-        // address and strides, box rows <= 256, a 128-byte inner box for the 128-byte swizzle),
-        // which the driver checks again (an error comes back, never UB).
-        unsafe {
-            sys::cuTensorMapEncodeTiled(
-                map.as_mut_ptr(),
-                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
-                3,
-                base as *mut std::ffi::c_void,
-                dims.as_ptr(),
-                strides.as_ptr(),
-                boxes.as_ptr(),
-                unit.as_ptr(),
-                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-            )
-            .result()
-            .map_err(|e| drv("cuTensorMapEncodeTiled", e))?;
-            Ok(map.assume_init())
-        }
-    };
+    let b = blocks.max(1);
     Ok(TmapPair {
-        wqk: encode(work, 192, k as u64, kp * 2)?,
-        p: encode(work + 3 * 64 * kp * 2, 64, 64, 72 * 2)?,
+        wqk: encode_map(work, &[k as u64, 192, b], &[kp * 2, block], &[64, 192, 1])?,
+        p: encode_map(
+            work + 3 * 64 * kp * 2,
+            &[64, 64, b],
+            &[72 * 2, block],
+            &[64, 64, 1],
+        )?,
     })
 }
 
@@ -613,7 +708,7 @@ fn launch_one(
     smem: u32,
     stream: sys::CUstream,
     prm: &Params,
-    maps: Option<&TmapPair>,
+    maps: Option<&MapArg>,
 ) -> Result<()> {
     if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
         return Ok(());
@@ -623,15 +718,17 @@ fn launch_one(
     let mut tm = maps.copied();
     let mut args = [
         &mut local as *mut Params as *mut std::ffi::c_void,
-        tm.as_mut().map_or(std::ptr::null_mut(), |t| {
-            t as *mut TmapPair as *mut std::ffi::c_void
+        tm.as_mut().map_or(std::ptr::null_mut(), |t| match t {
+            MapArg::Pair(m) => m as *mut TmapPair as *mut std::ffi::c_void,
+            MapArg::Quad(m) => m as *mut TmapQuad as *mut std::ffi::c_void,
         }),
     ];
     let n = if tm.is_some() { 2 } else { 1 };
     // SAFETY: `f` is a kernel of a loaded module whose parameters are `const Params` (the
-    // #[repr(C)] mirror of `struct Params`) and, for the wgmma state pass (maps given), `const
-    // TmapPair` (two 128-byte tensor maps, mirrored by the #[repr(C)] struct above, describing
-    // the workspace blocks the intra kernel wrote earlier in the same stream); the pointers in
+    // #[repr(C)] mirror of `struct Params`) and, for the wgmma state passes (maps given), `const
+    // TmapPair` / `const TmapQuad` (two / four 128-byte tensor maps, mirrored by the #[repr(C)]
+    // structs above, the variant matching the kernel launched, describing the workspace blocks
+    // the intra kernel wrote earlier in the same stream and the q, k, v inputs); the pointers in
     // `Params` were checked non-null where the problem needs them and point to buffers of the
     // documented sizes (launch contract); `smem` is within the limit set on the function at load
     // time; cuLaunchKernel copies the parameter block before returning, so `local` and `tm` may
@@ -837,7 +934,7 @@ impl Backend for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_ptrs, state_pass, state_tile, StatePass};
+    use super::{check_ptrs, state_pass, state_tile, StatePass, Variants};
     use crate::launch::DevicePtrs;
     use deltarule_core::{Error, Mode, Op, Problem};
 
@@ -864,32 +961,70 @@ mod tests {
         assert_eq!(state_tile(&kda(200, 32), 132), 32);
         // a forced width wins either way
         let mma = |bv| Some(StatePass::Mma(bv));
-        let pass = |p: &Problem, f| state_pass(p, 132, f, false);
+        let pass = |p: &Problem, f| state_pass(p, 132, f, NONE);
         assert_eq!(pass(&prefill(1, 16, 32), mma(16)), StatePass::Mma(16));
         assert_eq!(pass(&prefill(1, 4, 8), mma(32)), StatePass::Mma(32));
         assert_eq!(pass(&prefill(1, 16, 32), mma(64)), StatePass::Mma(64));
     }
 
+    const NONE: Variants = Variants {
+        wg: false,
+        wgt: false,
+    };
+    const WG: Variants = Variants {
+        wg: true,
+        wgt: false,
+    };
+    const BOTH: Variants = Variants {
+        wg: true,
+        wgt: true,
+    };
+
     #[test]
     fn the_wgmma_state_pass_wherever_the_module_has_it_unless_a_tile_is_forced() {
         let p = prefill(1, 16, 32);
-        assert_eq!(state_pass(&p, 132, None, true), StatePass::Wg);
-        assert_eq!(state_pass(&p, 132, None, false), StatePass::Mma(32));
+        assert_eq!(state_pass(&p, 132, None, WG), StatePass::Wg);
+        assert_eq!(state_pass(&p, 132, None, NONE), StatePass::Mma(32));
         // few pairs (gdn 4/8): the 16-column mma.sync tiles, even where the wgmma pass exists
         let few = prefill(1, 4, 8);
-        assert_eq!(state_pass(&few, 132, None, true), StatePass::Mma(16));
+        assert_eq!(state_pass(&few, 132, None, BOTH), StatePass::Mma(16));
         assert_eq!(
-            state_pass(&few, 132, Some(StatePass::Wg), true),
+            state_pass(&few, 132, Some(StatePass::Wg), WG),
             StatePass::Wg
         );
         let forced = Some(StatePass::Mma(16));
-        assert_eq!(state_pass(&p, 132, forced, true), StatePass::Mma(16));
+        assert_eq!(state_pass(&p, 132, forced, BOTH), StatePass::Mma(16));
         // a forced wgmma pass where the module has none: the automatic mma.sync tile
         let wg = Some(StatePass::Wg);
-        assert_eq!(state_pass(&p, 132, wg, false), StatePass::Mma(32));
+        assert_eq!(state_pass(&p, 132, wg, NONE), StatePass::Mma(32));
         assert_eq!(StatePass::parse("wg"), wg);
+        assert_eq!(StatePass::parse("wgt"), Some(StatePass::WgT));
         assert_eq!(StatePass::parse("64"), Some(StatePass::Mma(64)));
         assert_eq!(StatePass::parse("48"), None);
+    }
+
+    #[test]
+    fn the_t_form_replaces_the_wgmma_pass_for_gdn_with_16_bit_inputs() {
+        let p = prefill(1, 16, 32);
+        assert_eq!(state_pass(&p, 132, None, BOTH), StatePass::WgT);
+        // forcing the other wgmma pass keeps it (benchmarks compare the two)
+        assert_eq!(
+            state_pass(&p, 132, Some(StatePass::Wg), BOTH),
+            StatePass::Wg
+        );
+        // f32 inputs cannot be the pass's 16-bit operands: the W/U block pass
+        let mut f32in = prefill(1, 16, 32);
+        f32in.qkv_dtype = deltarule_core::DType::F32;
+        assert_eq!(state_pass(&f32in, 132, None, BOTH), StatePass::Wg);
+        assert_eq!(
+            state_pass(&f32in, 132, Some(StatePass::WgT), BOTH),
+            StatePass::Wg
+        );
+        // kda: per-channel decays, no T-form
+        let kda = Problem::new(Op::Kda, Mode::Prefill, 1, 8192, 32, 32, 128, 128);
+        assert_eq!(state_pass(&kda, 132, None, BOTH), StatePass::Wg);
+        // a module without it
+        assert_eq!(state_pass(&p, 132, Some(StatePass::WgT), WG), StatePass::Wg);
     }
 
     #[test]
