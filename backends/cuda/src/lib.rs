@@ -614,7 +614,9 @@ struct TmapQuad {
     t: sys::CUtensorMap,
 }
 
-/// The tensor-map parameter of a wgmma state pass.
+/// The tensor-map parameter of a wgmma state pass. (Lives on the stack for one launch; boxing the
+/// larger variant would allocate per launch.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy)]
 enum MapArg {
     Pair(TmapPair),
