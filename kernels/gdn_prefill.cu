@@ -53,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_intrat(const Pa
 // The T-form wgmma state pass (sm_90a, K in {64, 128}, V >= 64): grid (V / 64, HV, N), 160
 // threads, shared GTLay::TOTAL; k, q, v rows and the TLay blocks through the tensor maps in `tm`.
 extern "C" __global__ void __launch_bounds__(160, 1) gdn_prefill_statewgt(const Params p,
-                                                                          const __grid_constant__ TmapQuad tm) {
+                                                                          const __grid_constant__ TmapT tm) {
     smallbh_state_wgt(p, tm);
 }
 #endif

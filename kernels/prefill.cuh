@@ -1131,6 +1131,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         }
         fence_proxy_async();
         __syncthreads();
+        TLM(6);
         static_assert(TLay::TUL == TLay::TUH + 64 * CP * 2, "T_u hi, lo adjacent (Tbl = Tbh + 64 CP)");
         if (tid == 0 && !(PROBE & 128)) {
             bulk_s2g(wdst + TLay::TWH, sm + LY::WM, 64 * CP * 2);
@@ -1141,6 +1142,14 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             bulk_commit();
             bulk_wait_read();  // (P's copy too; the CTA's shared memory must outlive the reads)
         }
+#if PROBE & 256
+        TLM(7);
+        if (tid == 0 && (blockIdx.x + 7 * blockIdx.y) % 61 == 5 && (t0 / CH) % 16 == 1)
+            printf("TL kda=0 direct=1 tform=1 blk=%d,%d t0=%d: load %lld cumsum %lld AP %lld diag %lld merge %lld "
+                   "tprime %lld step4 0 step5 %lld total %lld\n",
+                   (int)blockIdx.x, (int)blockIdx.y, t0, tlc[1] - tlc[0], tlc[2] - tlc[1], tlc[3] - tlc[2],
+                   tlc[4] - tlc[3], tlc[5] - tlc[4], tlc[6] - tlc[5], tlc[7] - tlc[6], tlc[7] - tlc[0]);
+#endif
         return;
     }
     // gdn: the per-row factors of step 4, e^Γ_i and e^{Γlast - Γ_i} (Tmp is free after the merges).
@@ -2094,6 +2103,7 @@ __device__ void smallbh_state_wg(const Params& p, const TmapPair& tm) {
 //   (q̃·S)ᵀ = (Sᵀ Qᵀ) diag(FQ)              m64n64k16 x KD/16, then the accumulator columns scaled
 //   Sᵀ <- e^Γlast Sᵀ + (V_newᵀ diag(FK)) K m64n{KD}k16 x 4 (FK folded into the A fragments)
 //   oᵀ += V_newᵀ Pᵀ                        m64n64k16 x 4
+// (o of chunk c leaves by TMA while chunk c + 1's first group runs: see `stage_o`)
 // since W·S = T diag(β e^Γ / |k|) K_raw S, q̃ = diag(FQ) Q_raw and k̃ = diag(FK) K_raw. The rows of
 // k and v past the chunk's length belong to the next sequence (TMA fills zeros only past the
 // tensor's end): they meet zero columns of T_u, T_w and FK, and are zeroed in shared memory before
@@ -2119,15 +2129,28 @@ struct GTLay {
     static constexpr int TOTAL = MB + 2 * NST * 8 + 1024;
     static_assert(TOTAL <= 232448, "shared memory of the T-form wgmma state pass");
 };
-// The four tensor maps of the T-form pass (host: cuTensorMapEncodeTiled per launch): q and k as
-// [T][H K], v as [T][HV V] (boxes of 64 channels x 64 tokens), and the blocks' T_w, T_u hi, lo, P
-// as [blocks][256 rows, CP * 2 bytes apart][64] (one box of 64 x 256).
-struct __align__(64) TmapQuad {
+// The tensor maps of the T-form pass (host: cuTensorMapEncodeTiled per launch): q and k as
+// [T][H K], v and o as [T][HV V] (boxes of 64 channels x 64 tokens; o's only used for 16-bit
+// outputs), and the blocks' T_w, T_u hi, lo, P as [blocks][256 rows, CP * 2 bytes apart][64]
+// (one box of 64 x 256).
+struct __align__(64) TmapT {
     unsigned long long q[16];
     unsigned long long k[16];
     unsigned long long v[16];
     unsigned long long t[16];
+    unsigned long long o[16];
 };
+// Shared -> global tile stores (tma_store_2d_if below) are bulk groups: bulk_commit, then
+// bulk_wait_read before the source is reused or the CTA exits.
+// The same store, issued only where `on` (a predicate inside the asm, not a branch: ptxas waits for
+// every wgmma in flight before control flow that is not warp-uniform).
+__device__ __forceinline__ void tma_store_2d_if(bool on, const void* tmap, const void* smem, int x, int y) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n"
+        "@p cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%1, {%2, %3}], [%4];\n}\n" ::"r"((int)on),
+        "l"(tmap), "r"(x), "r"(y), "r"(smem_addr(smem))
+        : "memory");
+}
 __device__ __forceinline__ void tma_load_2d(void* smem, const void* tmap, int x, int y, u64* bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
@@ -2152,9 +2175,10 @@ __device__ __forceinline__ void wgmma_n64_ss(float (&d)[8][4], u64 da, u64 db, i
 }
 // Diagnosis (DELTARULE_CUDA_PROBE bit 2048): U from T_u's hi part only (its lo product left out).
 constexpr bool TU_HI_ONLY = (PROBE & 2048) != 0;
-// Diagnosis (bit 4096): chunk c's o stores at the end of chunk c (in the chain), as in v8.
-constexpr bool EMIT_LATE = (PROBE & 4096) != 0;
-__device__ void smallbh_state_wgt(const Params& p, const TmapQuad& tm) {
+// Diagnosis (bit 4096): o by per-thread global stores (the path of f32 outputs and of a
+// sequence's last, partial chunk) for every chunk.
+constexpr bool EMIT_DIRECT = (PROBE & 4096) != 0;
+__device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
     extern __shared__ __align__(16) char smraw[];
     char* sm = smraw + ((1024u - (smem_addr(smraw) & 1023u)) & 1023u);
     constexpr int NST = GTLay::NST, NB = GTLay::NB;
@@ -2170,7 +2194,7 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapQuad& tm) {
     if (threadIdx.x == 0) {
         for (int s = 0; s < NST; ++s) {
             mbar_init(bars + s, 1);
-            mbar_init(empty + s, 4);
+            mbar_init(empty + s, 128);  // every warpgroup thread (see emit)
         }
         mbar_init_fence();
     }
@@ -2205,16 +2229,53 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapQuad& tm) {
 #pragma unroll
     for (int ks = 0; ks < KD / 16; ++ks) sf[ks] = s_frag(accS, ks);
     float accW[8][4], accV[8][4], accO[8][4];
-    // o of chunk c from accO, then the checkpoint after it (accS = S_{c+1}); called while chunk
-    // c + 1's first group runs (neither accO nor accS is in it), so the stores leave the chain
-    auto emit = [&](int c) {
+    // o of chunk c. A 16-bit o of a whole chunk leaves by one TMA store, staged at the end of the
+    // chunk (`stage_o`: the tile goes to the stage's first q box, dead since the chunk's q product
+    // completed, as o[t][v] in the 128-byte swizzle; 4-byte stores, conflict-free: unit
+    // (2 warp + h) ^ (t % 8)); `finish` then runs while chunk c + 1's first group does: it waits
+    // until the store has read the tile, writes the checkpoint after chunk c (accS = S_{c+1}) and
+    // releases the stage. f32 o and a sequence's last, partial chunk leave by per-thread stores at
+    // the end of the chunk. (s9c: those stores, 16 a thread with their address math, were ~16 % of
+    // the pass's stall samples; issued during the next chunk's first group they made ptxas wait
+    // for that group first, and kept accO live across it (spills). ptxas also waits for every
+    // wgmma in flight before shared-memory stores, hence the staging at the chunk's end.)
+    // (only for sequences of more than 4 chunks: with one chunk, gdn 16/32 256x64, the staged
+    // store measured 1.198 ms against 1.151 with per-thread stores, s9d; nothing overlaps it)
+    const bool o16 = p.out_dt != DT_F32 && nch > 4 && !EMIT_DIRECT;
+    auto stage_o = [&](int c) {
         const int L = imin(CH, len - c * CH);
-        store_o_t(p, accO, (int)bos + c * CH, L, hv, vw);
+        if (!(o16 && L == CH)) {
+            store_o_t(p, accO, (int)bos + c * CH, L, hv, vw);
+            return;
+        }
+        const int g = lane >> 2;
+        const bool bf = p.out_dt == DT_BF16;
+        char* ot = sm + (c % NST) * GTLay::STAGE + GTLay::Q;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const float x = accO[nt][2 * hh], y = accO[nt][2 * hh + 1];
+                const u32 wd = movm_t(bf ? pack_bf16x2(x, y) : pack_f16x2(x, y));
+                *(u32*)(ot + (8 * nt + g) * 128 + (((2 * warp + hh) ^ g) << 4) + 4 * q) = wd;
+            }
+        }
+        fence_proxy_async();
+        nbar_sync(1, 128);
+        // (thread 0 stores; every thread commits and, in `finish`, waits: empty groups where it
+        // issued nothing)
+        tma_store_2d_if(threadIdx.x == 0, tm.o, ot, hv * VD + v0, (int)bos + c * CH);
+        bulk_commit();
+    };
+    auto finish = [&](int c) {
+        const int L = imin(CH, len - c * CH);
+        if (o16 && L == CH) bulk_wait_read();
         const i64 pos = (i64)(c + 1) * CH;
         if (L == CH && p.ck_every > 0 && pos % p.ck_every == 0) {
             const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
             store_state_r(p, accS, p.checkpoints, p.s_out_dt, slot, vw);
         }
+        mbar_arrive(empty + c % NST);  // the stage may be refilled (thread 0 after its store read it)
     };
     for (int c = 0; c < nch; ++c) {
         mbar_wait(bars + c % NST, (c / NST) & 1);
@@ -2248,7 +2309,7 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapQuad& tm) {
                                    desc_sw128(sb + GTLay::TUL + 32 * kt, 16, 1024), 1);
         }
         wg_commit();
-        if (c > 0 && !EMIT_LATE) emit(c - 1);
+        if (c > 0) finish(c - 1);
         wg_wait<0>();
         wg_fence_acc(accW);
         wg_fence_acc(accV);
@@ -2313,13 +2374,12 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapQuad& tm) {
         wg_wait<0>();
         wg_fence_acc(accS);
         wg_fence_acc(accO);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty + c % NST);
+        stage_o(c);
 #pragma unroll
         for (int ks = 0; ks < KD / 16; ++ks) sf[ks] = s_frag(accS, ks);
-        if (EMIT_LATE) emit(c);
     }
-    if (nch > 0 && !EMIT_LATE) emit(nch - 1);
+    if (nch > 0) finish(nch - 1);  // (waits until the last o store has read shared memory; its
+                                   // global writes complete with the grid, as CUTLASS's TMA epilogues rely on)
     const i64 row = final_row(p, n);
     if (row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
 }

@@ -376,7 +376,7 @@ impl CudaBackend {
                             main.sizes[11] as u32,
                             stream,
                             &prm,
-                            Some(&MapArg::Quad(maps)),
+                            Some(&MapArg::T(maps)),
                         );
                     }
                     StatePass::Mma(bv) => bv,
@@ -604,14 +604,15 @@ struct TmapPair {
     p: sys::CUtensorMap,
 }
 
-/// The four kernel-parameter tensor maps of the T-form pass (`struct TmapQuad`).
+/// The five kernel-parameter tensor maps of the T-form pass (`struct TmapT`).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
-struct TmapQuad {
+struct TmapT {
     q: sys::CUtensorMap,
     k: sys::CUtensorMap,
     v: sys::CUtensorMap,
     t: sys::CUtensorMap,
+    o: sys::CUtensorMap,
 }
 
 /// The tensor-map parameter of a wgmma state pass. (Lives on the stack for one launch; boxing the
@@ -620,7 +621,7 @@ struct TmapQuad {
 #[derive(Clone, Copy)]
 enum MapArg {
     Pair(TmapPair),
-    Quad(TmapQuad),
+    T(TmapT),
 }
 
 /// Encodes one tiled tensor map of 16-bit elements (`dims[0]` innermost, `strides` in bytes for
@@ -655,22 +656,22 @@ fn encode_map(base: u64, dims: &[u64], strides: &[u64], boxes: &[u32]) -> Result
     }
 }
 
-/// The T-form pass's maps: q and k as [T][H K] and v as [T][HV V] (16-bit, boxes of 64 channels x
-/// 64 tokens; rows past T read as zeros), and the workspace blocks' T_w, T_u hi, T_u lo, P
+/// The T-form pass's maps: q and k as [T][H K], v and o as [T][HV V] (16-bit, boxes of 64
+/// channels x 64 tokens; rows past T read as zeros; o's is used for 16-bit outputs only), and the workspace blocks' T_w, T_u hi, T_u lo, P
 /// (`TLay`: four consecutive [64][72] arrays) as [blocks][256][64] with boxes of 64 x 256.
-fn tensor_maps_t(
-    p: &Problem,
-    t: &DevicePtrs,
-    work: u64,
-    blocks: u64,
-    block: u64,
-) -> Result<TmapQuad> {
+fn tensor_maps_t(p: &Problem, t: &DevicePtrs, work: u64, blocks: u64, block: u64) -> Result<TmapT> {
     let tokens = p.tokens.max(1) as u64;
     let (hk, hvv) = ((p.h * p.k) as u64, (p.hv * p.v) as u64);
-    Ok(TmapQuad {
+    Ok(TmapT {
         q: encode_map(t.q, &[hk, tokens], &[hk * 2], &[64, 64])?,
         k: encode_map(t.k, &[hk, tokens], &[hk * 2], &[64, 64])?,
         v: encode_map(t.v, &[hvv, tokens], &[hvv * 2], &[64, 64])?,
+        // (f32 o leaves by per-thread stores; the map is then a valid but unused copy of v's)
+        o: if p.out_dtype.size() == 2 {
+            encode_map(t.o, &[hvv, tokens], &[hvv * 2], &[64, 64])?
+        } else {
+            encode_map(t.v, &[hvv, tokens], &[hvv * 2], &[64, 64])?
+        },
         t: encode_map(
             work,
             &[64, 256, blocks.max(1)],
@@ -722,13 +723,13 @@ fn launch_one(
         &mut local as *mut Params as *mut std::ffi::c_void,
         tm.as_mut().map_or(std::ptr::null_mut(), |t| match t {
             MapArg::Pair(m) => m as *mut TmapPair as *mut std::ffi::c_void,
-            MapArg::Quad(m) => m as *mut TmapQuad as *mut std::ffi::c_void,
+            MapArg::T(m) => m as *mut TmapT as *mut std::ffi::c_void,
         }),
     ];
     let n = if tm.is_some() { 2 } else { 1 };
     // SAFETY: `f` is a kernel of a loaded module whose parameters are `const Params` (the
     // #[repr(C)] mirror of `struct Params`) and, for the wgmma state passes (maps given), `const
-    // TmapPair` / `const TmapQuad` (two / four 128-byte tensor maps, mirrored by the #[repr(C)]
+    // TmapPair` / `const TmapT` (two / five 128-byte tensor maps, mirrored by the #[repr(C)]
     // structs above, the variant matching the kernel launched, describing the workspace blocks
     // the intra kernel wrote earlier in the same stream and the q, k, v inputs); the pointers in
     // `Params` were checked non-null where the problem needs them and point to buffers of the
