@@ -372,8 +372,9 @@ fn solve_t(tid: u32, l: u32) {
         workgroupBarrier();
     }
     // Packed triangular Tᵀ into s_x (the solve's scratch, free after the last barrier): vec4
-    // (g, m) = T[4 g .. 4 g + 3][m] at tp_base(g) + m, m <= 4 g + 3.
-    for (var idx = tid; idx < 544u; idx += 256u) {
+    // (g, m) = T[4 g .. 4 g + 3][m] at tp_base(g) + m, m <= 4 g + 3. PACK_T (the last prelude's
+    // const) is false where step 4 does not read it (gdn's coop stage).
+    for (var idx = tid; PACK_T && idx < 544u; idx += 256u) {
         var g = 0u;
         for (var gg = 1u; gg < 16u; gg++) {
             g = select(g, gg, tp_base(gg) <= idx);

@@ -46,3 +46,7 @@ fn store_w16(g: u32, cq: u32, c0: u32, b: Blk, l: u32) -> bool {
 fn put_p(base_p: u32, i: u32, j: u32, pv: f32) {
     ws16[p_base16 + ws16_p(HEAD_K) + j * 64u + i] = f16(pv);
 }
+
+// solve_t (intra.wgsl) skips the packed triangular Tᵀ: the coop step 4 builds its f16 T from s_at
+// (gdn_intra_coop.wgsl), so the 544 vec4 stores were never read (session 8's review).
+const PACK_T: bool = false;

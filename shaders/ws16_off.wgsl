@@ -10,3 +10,6 @@ fn put_kdec16(m: u32, d0: u32, kd: vec4<f32>) -> bool {
 fn store_w16(g: u32, cq: u32, c0: u32, b: Blk, l: u32) -> bool {
     return false;
 }
+
+// solve_t (intra.wgsl) leaves the packed triangular Tᵀ in s_x: step 4 of the f32 stages reads it.
+const PACK_T: bool = true;

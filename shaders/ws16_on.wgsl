@@ -44,3 +44,6 @@ fn store_w16(g: u32, cq: u32, c0: u32, b: Blk, l: u32) -> bool {
     }
     return true;
 }
+
+// solve_t (intra.wgsl) leaves the packed triangular Tᵀ in s_x: kda's step 4 reads it.
+const PACK_T: bool = true;
