@@ -11,7 +11,10 @@
 //!   writes W, U, P, q̃, k̃ per chunk into a workspace, then a state pass walks the chunks with
 //!   the transposed state in mma accumulators: on sm_90a (K in {64, 128}, V >= 64) one warpgroup
 //!   per 64 V columns on `wgmma`, operands brought by TMA tensor maps (`{op}_prefill_statewg`);
-//!   else, and for few pairs, `mma.sync` over 16-, 32- or 64-column V tiles (a state and an output
+//!   for gdn with 16-bit inputs there the T-form pair instead (`gdn_prefill_intrat` writes only
+//!   T_w, T_u, P and per-token factors, ~37 KB a block instead of ~92; `gdn_prefill_statewgt`
+//!   builds W·S and U from the inputs' k and v rows by TMA and stores o by TMA); else, and for
+//!   few pairs, `mma.sync` over 16-, 32- or 64-column V tiles (a state and an output
 //!   warp per 16 V columns, bulk copies two chunks ahead). `auto` takes it for few
 //!   (sequence x value head) pairs, and for many while the workspace stays under 16 Ki blocks
 //!   (measured faster than `chunked` there on the H200, session 6); `chunked` beyond that;
@@ -53,7 +56,7 @@ pub struct CudaBackend {
     cache_dir: Option<PathBuf>,
     modules: ModuleCache,
     workspace: Mutex<Workspace>,
-    /// Forced small-bh state pass (`DELTARULE_CUDA_STATE_BV=16|32|64|wg`, read once; benchmarks:
+    /// Forced small-bh state pass (`DELTARULE_CUDA_STATE_BV=16|32|64|wg|wgt`, read once; benchmarks:
     /// an mma.sync tile width, or the wgmma pass; 64 falls back to 32 where V < 64, wg to the
     /// automatic choice where the module has no wgmma pass).
     state_bv: Option<StatePass>,
