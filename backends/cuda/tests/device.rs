@@ -66,3 +66,42 @@ fn sanitizer_subset() {
         suite::generated(name, pick).finish("sanitizer subset", name);
     }
 }
+
+/// The small-bh conformance again with each wgmma state pass forced: the suite's problems are
+/// small (few sequence x value-head pairs), so `auto` sends them to the 16-column mma.sync pass and
+/// would never run the wgmma passes (`wg`: W/U workspace; `wgt`: the T-form, gdn with 16-bit
+/// inputs; each falls back to the automatic pass where it does not apply). The backend reads
+/// `DELTARULE_CUDA_STATE_BV` once at construction, so each run is this binary again as a child
+/// process with the variable set (no environment changes inside this process).
+#[test]
+fn small_bh_conformance_with_each_wgmma_state_pass() {
+    if !present() || std::env::var_os("DELTARULE_CUDA_STATE_BV").is_some() {
+        return; // (a forced pass already applies to small_bh_conformance itself)
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    for pass in ["wg", "wgt"] {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "small_bh_conformance",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("DELTARULE_CUDA_STATE_BV", pass)
+            .output()
+            .expect("run the test binary");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for line in text.lines().filter(|l| l.contains(" ran, ")) {
+            println!("DELTARULE_CUDA_STATE_BV={pass}: {line}");
+        }
+        assert!(
+            out.status.success(),
+            "small-bh conformance with DELTARULE_CUDA_STATE_BV={pass} failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains(" ran, "),
+            "no suite ran with the pass forced:\n{text}"
+        );
+    }
+}
