@@ -623,7 +623,8 @@ pub static RULES: &[Rule] = &[
         Kernel::SmallBh,
         AutoWhen::SplitWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
         "chunk-parallel intra kernel into a workspace, then a state pass over V tiles (wgmma, \
-         64 columns, on sm_90a; else mma.sync, 16, 32 or 64 columns): for few (sequence x value \
+         64 columns, on sm_90a, for 16-bit inputs the T-form that builds W·S and U from the \
+         inputs' k and v rows; else mma.sync, 16, 32 or 64 columns): for few (sequence x value \
          head) pairs, or any number while the workspace stays bounded",
     ),
     cuda_rule(
