@@ -1884,6 +1884,15 @@ __device__ __forceinline__ void tma_load_3d(void* smem, const void* tmap, int x,
         "l"(tmap), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
         : "memory");
 }
+// The inline-asm output list of eight n8 accumulator tiles d[o .. o + 7] (32 f32 registers).
+#define WG_ACC8(d, o)                                                                              \
+    "+f"(d[o + 0][0]), "+f"(d[o + 0][1]), "+f"(d[o + 0][2]), "+f"(d[o + 0][3]), "+f"(d[o + 1][0]),   \
+        "+f"(d[o + 1][1]), "+f"(d[o + 1][2]), "+f"(d[o + 1][3]), "+f"(d[o + 2][0]), "+f"(d[o + 2][1]), \
+        "+f"(d[o + 2][2]), "+f"(d[o + 2][3]), "+f"(d[o + 3][0]), "+f"(d[o + 3][1]), "+f"(d[o + 3][2]), \
+        "+f"(d[o + 3][3]), "+f"(d[o + 4][0]), "+f"(d[o + 4][1]), "+f"(d[o + 4][2]), "+f"(d[o + 4][3]), \
+        "+f"(d[o + 5][0]), "+f"(d[o + 5][1]), "+f"(d[o + 5][2]), "+f"(d[o + 5][3]), "+f"(d[o + 6][0]), \
+        "+f"(d[o + 6][1]), "+f"(d[o + 6][2]), "+f"(d[o + 6][3]), "+f"(d[o + 7][0]), "+f"(d[o + 7][1]), \
+        "+f"(d[o + 7][2]), "+f"(d[o + 7][3])
 // d (64 x 64: 8 n8 tiles of 4 f32 a thread, the mma.sync accumulator layout per warp) +=
 // A (this lane's fragment of its warp's 16 rows) x B (descriptor db; TB = 1: B stored N-major).
 // scale_d = 0 overwrites d.
@@ -1895,10 +1904,7 @@ __device__ __forceinline__ void wgmma_n64(float (&d)[8][4], const uint4& a, u64 
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
         "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : WG_ACC8(d, 0)
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(scale_d), "n"(TB));
 }
 // d (64 x 128: 16 n8 tiles of 4 f32 a thread, the mma.sync accumulator layout per warp) +=
@@ -1914,14 +1920,7 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[16][4], const uint4& a, u6
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : WG_ACC8(d, 0), WG_ACC8(d, 8)
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(scale_d), "n"(TB));
 }
 
@@ -1945,29 +1944,39 @@ __device__ __forceinline__ void wgmma_nk(float (&d)[KD / 8][4], const uint4& a, 
 // is packed. Issuing chunk c + 1's products before chunk c's o stores (so that they overlap)
 // made ptxas serialise every wgmma (C7514: groups in flight across the loop's back edge while
 // accumulators are read); not done.
+// The prologue of both wgmma state passes: this thread's warp, lane and q (lane % 4), the CTA's
+// V tile v0, value head hv and sequence n, the sequence's start bos, length len, first chunk-table
+// row r0 and chunk count nch. (warp, len and nch are broadcast from lane 0: ptxas then knows them
+// warp-uniform; branches on values it cannot prove uniform made it serialise every wgmma, C7518.)
+#define WG_CTA_PROLOGUE(p)                                                                            \
+    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31,   \
+              q = lane & 3;                                                                          \
+    const int v0 = blockIdx.x * 64, hv = blockIdx.y, n = blockIdx.z;                                 \
+    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);                                      \
+    const int len = __shfl_sync(0xffffffffu, (int)(eos - bos), 0);                                   \
+    const int r0 = p.chunk_offsets[n];                                                               \
+    const int nch = __shfl_sync(0xffffffffu, p.chunk_offsets[n + 1] - r0, 0)
+// Initialises the stages' "full" barriers (one arrival: the fetch thread's expect-tx) and "empty"
+// barriers (`empty_count` arrivals), then the block-wide barrier (the passes' only one).
+__device__ __forceinline__ void wg_bars_init(u64* bars, u64* empty, int nst, u32 empty_count) {
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < nst; ++s) {
+            mbar_init(bars + s, 1);
+            mbar_init(empty + s, empty_count);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+}
 template <bool KDA>
 __device__ void smallbh_state_wg(const Params& p, const TmapPair& tm) {
     extern __shared__ __align__(16) char smraw[];
     char* sm = smraw + ((1024u - (smem_addr(smraw) & 1023u)) & 1023u);
     constexpr int NST = GLay::NST;
-    // (warp, len and nch broadcast from lane 0: ptxas then knows them warp-uniform; branches on
-    // values it cannot prove uniform made it serialise every wgmma, C7518)
-    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31, q = lane & 3;
-    const int v0 = blockIdx.x * 64, hv = blockIdx.y, n = blockIdx.z;
-    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
-    const int len = __shfl_sync(0xffffffffu, (int)(eos - bos), 0);
-    const int r0 = p.chunk_offsets[n];
-    const int nch = __shfl_sync(0xffffffffu, p.chunk_offsets[n + 1] - r0, 0);
+    WG_CTA_PROLOGUE(p);
     u64* bars = (u64*)(sm + GLay::MB);
     u64* empty = bars + NST;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < NST; ++s) {
-            mbar_init(bars + s, 1);
-            mbar_init(empty + s, 4);  // lane 0 of each warpgroup warp
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();  // barriers initialised (the only block-wide barrier)
+    wg_bars_init(bars, empty, NST, 4);  // (empty: lane 0 of each warpgroup warp)
     if (warp == 4) {  // the fetch warp
         if (lane == 0) {
             for (int c = 0; c < nch; ++c) {
@@ -2167,10 +2176,7 @@ __device__ __forceinline__ void wgmma_n64_ss(float (&d)[8][4], u64 da, u64 db, i
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
         "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : WG_ACC8(d, 0)
         : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 // Diagnosis (DELTARULE_CUDA_PROBE bit 2048): U from T_u's hi part only (its lo product left out).
@@ -2182,23 +2188,11 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
     extern __shared__ __align__(16) char smraw[];
     char* sm = smraw + ((1024u - (smem_addr(smraw) & 1023u)) & 1023u);
     constexpr int NST = GTLay::NST, NB = GTLay::NB;
-    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31, q = lane & 3;
-    const int v0 = blockIdx.x * 64, hv = blockIdx.y, n = blockIdx.z;
+    WG_CTA_PROLOGUE(p);
     const int h = hv / p.group;
-    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
-    const int len = __shfl_sync(0xffffffffu, (int)(eos - bos), 0);
-    const int r0 = p.chunk_offsets[n];
-    const int nch = __shfl_sync(0xffffffffu, p.chunk_offsets[n + 1] - r0, 0);
     u64* bars = (u64*)(sm + GTLay::MB);
     u64* empty = bars + NST;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < NST; ++s) {
-            mbar_init(bars + s, 1);
-            mbar_init(empty + s, 128);  // every warpgroup thread (see emit)
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();  // barriers initialised (the only block-wide barrier)
+    wg_bars_init(bars, empty, NST, 128);  // (empty: every warpgroup thread, see finish)
     if (warp == 4) {  // the fetch warp
         if (lane == 0) {
             for (int c = 0; c < nch; ++c) {
