@@ -337,7 +337,7 @@ impl CudaBackend {
                 let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
                 let have = Variants {
                     wg: main.sizes[9] > 0,
-                    wgt: main.sizes[11] > 0,
+                    wgt: main.sizes[11] > 0 && o_fits_tma(p, t.o),
                 };
                 let pass = state_pass(p, sms, self.state_bv, have);
                 let intra = match pass {
@@ -589,6 +589,13 @@ fn state_pass(p: &Problem, sms: usize, forced: Option<StatePass>, have: Variants
             bv => StatePass::Mma(bv),
         },
     }
+}
+
+/// The T-form pass stores a 16-bit o by TMA, whose global address must be 16-byte aligned (q, k
+/// and v always are, [`check_ptrs`]); an o that is not (a caller's view at an odd offset) keeps
+/// the other passes. f32 o is stored per thread.
+fn o_fits_tma(p: &Problem, o: u64) -> bool {
+    p.out_dtype.size() != 2 || o.is_multiple_of(16)
 }
 
 /// The T-form pass reads q, k and v by TMA as the pass's own operands: they must be 16-bit (bf16
@@ -1031,6 +1038,12 @@ mod tests {
         assert_eq!(state_pass(&kda, 132, None, BOTH), StatePass::Wg);
         // a module without it
         assert_eq!(state_pass(&p, 132, Some(StatePass::WgT), WG), StatePass::Wg);
+        // a 16-bit o the TMA store cannot address (launch folds this into Variants::wgt); f32 o
+        // is stored per thread
+        let mut o16 = prefill(1, 16, 32);
+        o16.out_dtype = deltarule_core::DType::BF16;
+        assert!(super::o_fits_tma(&o16, 0x1000) && !super::o_fits_tma(&o16, 0x1002));
+        assert!(super::o_fits_tma(&p, 0x1002));
     }
 
     #[test]
