@@ -20,6 +20,8 @@
 //     (exponent Γ_i - Γ_j, j <= i, never positive). X, q̃, k̃ and e^Γlast are made at the end of
 //     step 2, so the f32 Γ [64][K] is dead before T is built (the small-bh intra fits two CTAs
 //     per SM: see Lay<true, DIRECT>).
+//   (the T-form, gdn with 16-bit inputs on sm_90a: intra_chunk<.., TONLY> stops after T and
+//   writes T_w, T_u, P and per-token factors; smallbh_state_wgt builds W·S and U itself.)
 //   state_chunk (fused kernel): V_new = U - W·S, O = q̃·S + P·V_new, S <- e^{Γ_last} ⊙ S + k̃ᵀ·V_new,
 //     with the running state S in f32 registers (mma accumulator layout) and its bf16 copy in
 //     shared memory. The small-bh state pass (smallbh_state) computes the same on transposes with
@@ -45,6 +47,7 @@
 // Intra: 8 the T solve, 32 step 2 (A and P; gdn), 64 step 5's products,
 // 128 the small-bh bulk copies of the block to the workspace; 256 a clock64 timeline of sampled
 // chunks (printf); 512 the former f32 CUDA-core T merge instead of the tensor-core doubling.
+// T-form state pass: 2048 U from T_u's hi part only; 4096 o by per-thread stores for every chunk.
 #ifndef PROBE
 #define PROBE 0
 #endif
