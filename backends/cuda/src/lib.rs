@@ -638,7 +638,16 @@ enum MapArg {
 /// dims 1..) with boxes `boxes`, landing in the 128-byte swizzle. Host-only work.
 fn encode_map(base: u64, dims: &[u64], strides: &[u64], boxes: &[u32]) -> Result<sys::CUtensorMap> {
     let rank = dims.len();
-    debug_assert!(strides.len() + 1 == rank && boxes.len() == rank);
+    if !(1..=5).contains(&rank) || strides.len() + 1 != rank || boxes.len() != rank {
+        return Err(drv(
+            "cuTensorMapEncodeTiled",
+            format!(
+                "rank {rank} with {} strides and {} box sizes",
+                strides.len(),
+                boxes.len()
+            ),
+        ));
+    }
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     let unit = [1u32; 5];
     // SAFETY: pure host-side encoding into `map` (128 bytes we own); the slices outlive the call
