@@ -356,33 +356,34 @@ impl CudaBackend {
                 )?;
                 let blocks = rows as u64 * hv as u64;
                 let bv = match pass {
-                    StatePass::Wg => {
-                        let maps = tensor_maps(prm.work, blocks, main.sizes[2] as u64, p.k)?;
-                        return launch_one(
-                            &main,
-                            &format!("{state}wg"),
-                            ((p.v / 64) as u32, hv, n),
-                            main.sizes[10] as u32,
-                            main.sizes[9] as u32,
-                            stream,
-                            &prm,
-                            Some(&MapArg::Pair(maps)),
-                        );
-                    }
-                    StatePass::WgT => {
-                        let maps = tensor_maps_t(p, t, prm.work, blocks, main.sizes[2] as u64)?;
-                        return launch_one(
-                            &main,
-                            &format!("{state}wgt"),
-                            ((p.v / 64) as u32, hv, n),
-                            main.sizes[12] as u32,
-                            main.sizes[11] as u32,
-                            stream,
-                            &prm,
-                            Some(&MapArg::T(maps)),
-                        );
-                    }
                     StatePass::Mma(bv) => bv,
+                    StatePass::Wg | StatePass::WgT => {
+                        // (name suffix, size-table index of the shared bytes, then threads, maps)
+                        let work = main.sizes[2] as u64;
+                        let (suffix, at, maps) = if pass == StatePass::Wg {
+                            (
+                                "wg",
+                                9,
+                                MapArg::Pair(tensor_maps(prm.work, blocks, work, p.k)?),
+                            )
+                        } else {
+                            (
+                                "wgt",
+                                11,
+                                MapArg::T(tensor_maps_t(p, t, prm.work, blocks, work)?),
+                            )
+                        };
+                        return launch_one(
+                            &main,
+                            &format!("{state}{suffix}"),
+                            ((p.v / 64) as u32, hv, n),
+                            main.sizes[at + 1] as u32,
+                            main.sizes[at] as u32,
+                            stream,
+                            &prm,
+                            Some(&maps),
+                        );
+                    }
                 };
                 // (V tile, threads, shared bytes) of the register-state pass: one warp per 16
                 // V columns; the 64-column variant exists for V >= 64 (sizes[8] > 0)
