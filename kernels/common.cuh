@@ -37,7 +37,7 @@ typedef unsigned long long u64;
 #define FINAL_DENSE 1
 #define FINAL_INPLACE 2
 
-// Kernel parameters, passed by value. Pointers first (8 bytes), then 4-byte fields; 232 bytes.
+// Kernel parameters, passed by value. Pointers first (8 bytes), then 4-byte fields; 256 bytes.
 struct Params {
     const void* q;             // [T, H, K]
     const void* k;             // [T, H, K]
@@ -56,11 +56,29 @@ struct Params {
     int* chunk_offsets;        // [N + 1]
     int* ck_offsets;           // [N + 1]
     void* work;                // small-bh workspace
+    int* sync;                 // overlapped small-bh pair (SYNC_FLAGS below), else null
     int T, N, H, HV, group, table_rows;
     float scale, lower_bound;
     int qkv_dt, g_dt, beta_dt, out_dt, s_in_dt, s_out_dt, off_dt, idx_dt;
     int gate, beta_mode, l2norm, layout, initial, final_mode, ck_every, has_a_log;
+    int ov_tau, ov_free;       // overlapped pair: items taken before ov_free SMs are freed
+    int ov_trace, ov_pad;      // overlapped pair: print a timeline (diagnosis)
 };
+// The overlapped pair's words (p.sync): [0] the work counter, [1] SMs freed so far, [2] intra
+// CTAs that left early, [3] spare, [4, 4 + SYNC_SMS) a mark per SM id (0 undecided, 1 freed, 2
+// kept, 3 being decided), then a ready flag per (table row, value head). Zeroed by
+// varlen_build_tables each call.
+#define SYNC_SMS 512
+#define SYNC_MARKS 4
+#define SYNC_FLAGS (SYNC_MARKS + SYNC_SMS)
+// The timeline (p.ov_trace; diagnosis): 4 words per intra CTA (SM id, start and end in ns of
+// the global timer, items done | left early << 32), then per state CTA (SM id, start, end, ns
+// spent waiting for ready flags), after the flags (8-byte aligned); the host reads it back.
+#define TRACE_INTRA 1024
+#define TRACE_STATE 512
+__device__ __forceinline__ u64* trace_base(const Params& p) {
+    return (u64*)(((u64)(p.sync + SYNC_FLAGS + p.table_rows * p.HV) + 7) & ~(u64)7);
+}
 
 // ------------------------------------------------------------------ conversions
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }

@@ -50,6 +50,12 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_intrat(const Pa
     smallbh_intra<false, true>(p);
 }
 
+// The same, persistent, for the overlapped pair (prefill.cuh, smallbh_intra_ov): grid (2 x SMs),
+// 256 threads, shared Lay<false, true>::TOTAL + 16; triggers the state pass's programmatic launch.
+extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_intratov(const Params p) {
+    smallbh_intra_ov<false>(p);
+}
+
 // The T-form wgmma state pass (sm_90a, K in {64, 128}, V >= 64): grid (V / 64, HV, N), 160
 // threads, shared GTLay::TOTAL; k, q, v rows and the TLay blocks through the tensor maps in `tm`.
 extern "C" __global__ void __launch_bounds__(160, 1) gdn_prefill_statewgt(const Params p,

@@ -473,8 +473,50 @@ static_assert(ut_split_matches(), "U's store offsets (ut_tile + ut_lane) must be
 // arena `sm` (layout Lay<KDA>). All NTH threads; ends without a final barrier.
 // TONLY (gdn DIRECT only): the T-form block (TLay): steps 1-3, then T_w, T_u, the factors; no
 // X, V, q̃, k̃, W or U (the wgmma state pass smallbh_state_wgt builds W·S and U from the inputs).
+// ------------------------------------------------ the overlapped pair's synchronisation
+__device__ __forceinline__ int ld_acquire(const int* f) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release(int* f, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(f), "r"(v) : "memory");
+}
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ u64 gtimer() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ u32 sm_id() {
+    u32 s;
+    asm("mov.u32 %0, %%smid;\n" : "=r"(s));
+    return s;
+}
+// The state pass's fetch thread: waits until item `blk`'s block is in global memory. A flag that
+// never comes (a bug) traps after ~2 s instead of hanging the stream.
+__device__ __forceinline__ void wait_ready(const Params& p, int blk) {
+    if (!p.sync) return;
+    const int* f = p.sync + SYNC_FLAGS + blk;
+    for (u32 spins = 0; ld_acquire(f) == 0; ++spins) {
+        __nanosleep(128);
+        if (spins > (1u << 24)) __trap();  // (no printf: any call in the kernel serialises its wgmma)
+    }
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");  // (the TMA reads that follow)
+}
+// The intra kernel's thread 0: item `it`'s block is in global memory (its bulk stores complete,
+// async-proxy writes ordered before the generic release of the flag).
+__device__ __forceinline__ void publish_ready(const Params& p, int it) {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    __threadfence();
+    st_release(p.sync + SYNC_FLAGS + it, 1);
+}
+
 template <bool KDA, bool DIRECT = false, bool TONLY = false>
-__device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, char* wdst = nullptr) {
+__device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, char* wdst = nullptr,
+                            int publish = -1) {
     typedef Lay<KDA, DIRECT> LY;
     static_assert(!TONLY || (DIRECT && !KDA), "the T-form is gdn's small-bh intra");
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -614,6 +656,11 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             if (glog) gates(IC<1>());
             else gates(IC<0>());
         });
+    }
+    // (the overlapped pair: the previous item's flag, now that its stores have long completed;
+    // its bulk groups are this thread's only ones so far)
+    if constexpr (TONLY) {
+        if (publish >= 0 && tid == 0) publish_ready(p, publish);
     }
     __syncthreads();
     TLM(1);
@@ -1546,6 +1593,93 @@ __device__ void smallbh_intra(const Params& p) {
     intra_chunk<KDA, true, TONLY>(p, sm, t0, L, hv, dst);  // (writes the whole block)
 }
 
+// ---------------------------------------------------- the overlapped T-form pair (few pairs)
+// Where the state pass has few CTAs (one per 64 V columns, value head and sequence: gdn 16/32
+// 1x8192 has 64 on 132 SMs) its serial chain leaves most SMs idle while the intra kernel, before
+// it, has them all. The overlapped pair runs both at once:
+//  * the intra kernel is persistent (two CTAs per SM) and takes (row, value head) items in row
+//    order from a counter (sync[0]); after an item's block has reached global memory it sets the
+//    item's ready flag (sync[2 + item], release);
+//  * it triggers the state pass at once (programmatic dependent launch: that kernel is launched
+//    with the PDL attribute on the same stream and may start when every intra CTA has started);
+//  * once ov_tau items are taken, the intra CTAs of the first ov_free SMs to notice stop taking
+//    work and exit, so the state CTAs (ov_free of them, too large to share an SM with intra
+//    CTAs) land there while the other SMs go on with the intra work;
+//  * the state pass's fetch thread waits for a chunk's ready flag (acquire) before its workspace
+//    loads, and the state CTAs wait for the intra grid's completion before they exit.
+// No deadlock: the state pass starts only after all intra CTAs have started, and the CTAs of the
+// SMs not freed (at least half) never leave early, so every item is done. The varlen kernel
+// zeroes sync each call.
+template <bool KDA>
+__device__ void smallbh_intra_ov(const Params& p) {
+    static_assert(!KDA, "the T-form is gdn's");
+    extern __shared__ __align__(16) char sm[];
+    // (the item, after the arena: the host adds 16 bytes to the intra kernel's shared memory;
+    // prefill kernels have no static shared memory, see the host's function attributes)
+    int& item = *(int*)(sm + align16(Lay<false, true>::TOTAL));
+    pdl_trigger();
+    const u32 smid = sm_id();
+    const int total = p.table_rows * p.HV;
+    int pending = -1;  // thread 0: the item whose flag is not set yet
+    const u64 tstart = p.ov_trace ? gtimer() : 0;
+    int done = 0;
+    for (;;) {
+        if (threadIdx.x == 0) {
+            // Past ov_tau items, the first ov_free SMs to get here are freed for the state pass:
+            // the first CTA of an SM decides for both (a rule on the id, id < ov_free, assumed
+            // dense ids and measured slower than no overlap, session 10).
+            bool leave = false;
+            // A CTA leaves only with a ticket below gridDim.x - 1: one at least stays, whatever
+            // the CTAs' placement (a small grid may sit entirely on freed SMs).
+            if (smid < SYNC_SMS && *(volatile int*)p.sync >= p.ov_tau) {
+                int* mark = p.sync + SYNC_MARKS + smid;
+                int m = *(volatile int*)mark;
+                if (m == 0 && atomicCAS(mark, 0, 3) == 0) {
+                    m = atomicAdd(p.sync + 1, 1) < p.ov_free ? 1 : 2;
+                    st_release(mark, m);
+                }
+                while (m == 0 || m == 3) m = ld_acquire(mark);
+                if (m == 1) {
+                    leave = atomicAdd(p.sync + 2, 1) < (int)gridDim.x - 1;
+                    if (!leave) {
+                        atomicSub(p.sync + 2, 1);
+                        atomicExch(mark, 2);  // (the SM stays: no more tickets asked here)
+                    }
+                }
+            }
+            int it = -1;
+            if (!leave) {
+                it = atomicAdd(p.sync, 1);
+                if (it >= total) it = -1;
+            }
+            if (it < 0 && pending >= 0) publish_ready(p, pending);
+            if (it < 0 && p.ov_trace && blockIdx.x < TRACE_INTRA) {
+                u64* r = trace_base(p) + 4 * blockIdx.x;
+                r[0] = smid;
+                r[1] = tstart;
+                r[2] = gtimer();
+                r[3] = (u64)done | ((u64)leave << 32);
+            }
+            item = it;
+        }
+        __syncthreads();
+        const int it = item;
+        if (it < 0) return;
+        const int row = it / p.HV, hv = it - row * p.HV;
+        const int n = p.chunk_table[2 * row], c = p.chunk_table[2 * row + 1];
+        if (n >= 0) {
+            const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
+            const int t0 = (int)bos + c * CH;
+            const int L = imin(CH, (int)(eos - t0));
+            // (publishes the previous item's flag after its loads; this item's at the next)
+            intra_chunk<false, true, true>(p, sm, t0, L, hv, (char*)p.work + (i64)it * WLay::BLOCK, pending);
+            pending = it;
+            ++done;
+        }
+        __syncthreads();  // (`item` and the shared memory are reused)
+    }
+}
+
 // ------------------------------------------------------------------- small-bh state pass (v7)
 // Register-state design (the layout FlashInfer/FlashQLA use with wgmma, here on mma.sync): the
 // pass works on transposes, Sᵀ (V x K) in f32 mma accumulators, held in registers for the whole
@@ -2197,6 +2331,8 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
     u64* empty = bars + NST;
     wg_bars_init(bars, empty, NST, 128);  // (empty: every warpgroup thread, see finish)
     if (warp == 4) {  // the fetch warp
+        const u64 tstart = p.ov_trace ? gtimer() : 0;
+        u64 waited = 0;
         if (lane == 0) {
             for (int c = 0; c < nch; ++c) {
                 if (c >= NST) {
@@ -2213,9 +2349,29 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
                     tma_load_2d(st + GTLay::Q + b * 8192, tm.q, h * KD + 64 * b, tok, bar);
                 }
                 tma_load_2d(st + GTLay::V, tm.v, hv * VD + v0, tok, bar);
+                if (p.ov_trace) {
+                    const u64 w0 = gtimer();
+                    wait_ready(p, blk);
+                    waited += gtimer() - w0;
+                } else {
+                    wait_ready(p, blk);  // (overlapped pair: the intra kernel's block is there)
+                }
                 tma_load_3d(st + GTLay::TW, tm.t, 0, 0, blk, bar);
                 bulk_g2s(st + GTLay::FAC, (const char*)p.work + (i64)blk * WLay::BLOCK + TLay::FAC, TLay::FACB, bar);
             }
+        }
+        // (overlapped pair: this grid completes after the intra grid. After the whole warp is
+        // here: lanes 1-31 would otherwise run ahead into griddepcontrol.wait, which then holds
+        // the warp, lane 0's fetch loop included, until the intra grid ends; measured, session 10)
+        __syncwarp();
+        if (p.sync) pdl_wait();
+        const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+        if (p.ov_trace && lane == 0 && cta < TRACE_STATE) {
+            u64* r = trace_base(p) + 4 * (TRACE_INTRA + cta);
+            r[0] = sm_id();
+            r[1] = tstart;
+            r[2] = gtimer();
+            r[3] = waited;
         }
         return;
     }

@@ -6,7 +6,9 @@
 //                 the static size table_rows = ceil(T / 64) + N - 1 (skipped by the kernels);
 //   chunk_offsets [N + 1]: first table row of each sequence;
 //   ck_offsets    [N + 1]: first checkpoint slot of each sequence (floor(len / ck_every) each).
-// Any of the three pointers may be null. Each thread scans a contiguous range of sequences, then a
+// Any of the three pointers may be null. Where `sync` is set (the overlapped small-bh pair) its
+// SYNC_FLAGS + table_rows * HV words are zeroed: every call starts with no chunk ready, no work
+// taken and no SM freed. Each thread scans a contiguous range of sequences, then a
 // block-wide scan of the per-thread sums.
 extern "C" __global__ void __launch_bounds__(1024) varlen_build_tables(const Params p) {
     __shared__ int sc[1024];
@@ -51,6 +53,10 @@ extern "C" __global__ void __launch_bounds__(1024) varlen_build_tables(const Par
         if (p.chunk_offsets) p.chunk_offsets[p.N] = total;
         if (p.ck_offsets) p.ck_offsets[p.N] = sk[1023];
     }
+    if (p.sync)
+        for (int i = tid; i < SYNC_FLAGS + p.table_rows * p.HV; i += 1024) p.sync[i] = 0;
+    if (p.sync && p.ov_trace)
+        for (int i = tid; i < 4 * (TRACE_INTRA + TRACE_STATE); i += 1024) trace_base(p)[i] = 0;
     if (p.chunk_table)
         for (int r = total + tid; r < p.table_rows; r += 1024) {
             p.chunk_table[2 * r] = -1;

@@ -146,7 +146,8 @@ pub fn load(
         if name.ends_with("_statewg") && loaded.sizes[9] == 0 {
             continue; // (not compiled for this arch or these head dims)
         }
-        if (name.ends_with("_statewgt") || name.ends_with("_intrat")) && loaded.sizes[11] == 0 {
+        let t_form = ["_statewgt", "_intrat", "_intratov"];
+        if t_form.iter().any(|s| name.ends_with(s)) && loaded.sizes[11] == 0 {
             continue; // (the T-form: gdn, where the wgmma pass is compiled)
         }
         let c = CString::new(name).map_err(|e| drv("kernel name", e))?;

@@ -90,6 +90,7 @@ impl Module {
                 "gdn_prefill_state64",
                 "gdn_prefill_statewg",
                 "gdn_prefill_intrat",
+                "gdn_prefill_intratov",
                 "gdn_prefill_statewgt",
             ],
             Module::KdaPrefill => &[

@@ -11,7 +11,10 @@
 //!   `state_in` (initial state none), `state_indices` (no pool), `state_out` (final state none),
 //!   `checkpoints` (no checkpoints). For an in-place pool `state_out` must equal `state_in`.
 //! * `stream` is a `CUstream` of that context (0 = the legacy default stream); every kernel is
-//!   enqueued on it in order. The metadata the kernels need (chunk table with sentinel rows, chunk
+//!   enqueued on it in order (the overlapped small-bh pair's state pass with programmatic
+//!   dependent launch: it may start while the intra kernel before it runs, synchronises with it
+//!   through flags in the workspace, and completes after it, so the call as a whole is still
+//!   ordered with the caller's work on the stream). The metadata the kernels need (chunk table with sentinel rows, chunk
 //!   and checkpoint offsets) is built on the device from `cu_seqlens` by a first small kernel.
 //! * The [`Workspace`] must have been reserved for (kernel, problem) with
 //!   [`CudaBackend::reserve`](crate::CudaBackend::reserve) (which also compiles and loads the
@@ -47,6 +50,7 @@ pub struct Params {
     pub chunk_offsets: u64,
     pub ck_offsets: u64,
     pub work: u64,
+    pub sync: u64,
     pub t: i32,
     pub n: i32,
     pub h: i32,
@@ -71,9 +75,13 @@ pub struct Params {
     pub final_mode: i32,
     pub ck_every: i32,
     pub has_a_log: i32,
+    pub ov_tau: i32,
+    pub ov_free: i32,
+    pub ov_trace: i32,
+    pub ov_pad: i32,
 }
 
-const _: () = assert!(std::mem::size_of::<Params>() == 232);
+const _: () = assert!(std::mem::size_of::<Params>() == 256);
 
 /// Device pointers of one call (0 where the contract allows).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -175,13 +183,31 @@ pub fn table_rows(p: &Problem) -> usize {
     deltarule_core::varlen::ChunkTable::static_rows(p.tokens, p.seqs, p.chunk)
 }
 
-/// Byte layout of a workspace for (kernel, problem): metadata tables, then the small-bh block.
+/// Words before the ready flags in the overlapped pair's area (`SYNC_FLAGS` of `common.cuh`:
+/// counters and a mark per SM id).
+pub const SYNC_FLAGS: usize = 4 + 512;
+
+/// The overlapped pair's timeline records (`TRACE_INTRA`, `TRACE_STATE` of `prefill.cuh`: 4
+/// words each), after the flags.
+pub const TRACE_INTRA: usize = 1024;
+pub const TRACE_STATE: usize = 512;
+const TRACE_BYTES: usize = (TRACE_INTRA + TRACE_STATE) * 32;
+
+/// Byte offset of the timeline in the overlapped pair's area for `blocks` workspace blocks.
+pub fn trace_offset(blocks: usize) -> usize {
+    ((SYNC_FLAGS + blocks) * 4).div_ceil(8) * 8
+}
+
+/// Byte layout of a workspace for (kernel, problem): metadata tables, then the small-bh blocks and
+/// the overlapped pair's words ([`SYNC_FLAGS`], then a ready flag per block; zeroed on the device
+/// by each call that uses them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkspaceLayout {
     pub chunk_table: usize,
     pub chunk_offsets: usize,
     pub ck_offsets: usize,
     pub work: usize,
+    pub sync: usize,
     pub total: usize,
 }
 
@@ -193,15 +219,19 @@ impl WorkspaceLayout {
         let chunk_offsets = chunk_table + rows * 2 * 4;
         let ck_offsets = chunk_offsets + (p.seqs + 1) * 4;
         let work = (ck_offsets + (p.seqs + 1) * 4).div_ceil(256) * 256;
-        let total = match kernel {
-            Kernel::SmallBh => work + rows * p.hv * block,
-            _ => work,
+        let (sync, total) = match kernel {
+            Kernel::SmallBh => {
+                let sync = (work + rows * p.hv * block).div_ceil(256) * 256;
+                (sync, sync + trace_offset(rows * p.hv) + TRACE_BYTES)
+            }
+            _ => (work, work),
         };
         WorkspaceLayout {
             chunk_table,
             chunk_offsets,
             ck_offsets,
             work,
+            sync,
             total,
         }
     }

@@ -13,7 +13,10 @@
 //!   per 64 V columns on `wgmma`, operands brought by TMA tensor maps (`{op}_prefill_statewg`);
 //!   for gdn with 16-bit inputs there the T-form pair instead (`gdn_prefill_intrat` writes only
 //!   T_w, T_u, P and per-token factors, ~37 KB a block instead of ~92; `gdn_prefill_statewgt`
-//!   builds W·S and U from the inputs' k and v rows by TMA and stores o by TMA); else, and for
+//!   builds W·S and U from the inputs' k and v rows by TMA and stores o by TMA), overlapped
+//!   where its state pass has at most half the SMs' worth of CTAs ([`overlap_plan`]: a
+//!   persistent `gdn_prefill_intratov` frees SMs part-way, the state pass starts there by
+//!   programmatic dependent launch and waits per chunk for ready flags); else, and for
 //!   few pairs, `mma.sync` over 16-, 32- or 64-column V tiles (a state and an output
 //!   warp per 16 V columns, bulk copies two chunks ahead). `auto` takes it for few
 //!   (sequence x value head) pairs, and for many while the workspace stays under 16 Ki blocks
@@ -60,6 +63,11 @@ pub struct CudaBackend {
     /// an mma.sync tile width, or the wgmma pass; 64 falls back to 32 where V < 64, wg to the
     /// automatic choice where the module has no wgmma pass).
     state_bv: Option<StatePass>,
+    /// The overlapped T-form pair (`DELTARULE_CUDA_OVERLAP=off|<percent>`, read once; benchmarks).
+    overlap: OverlapSetting,
+    /// `DELTARULE_CUDA_OVERLAP_TRACE=1`: the overlapped pair's kernels print a timeline (device
+    /// printf; diagnosis only).
+    overlap_trace: bool,
 }
 
 fn unavailable(reason: impl Into<String>) -> Error {
@@ -130,6 +138,9 @@ impl CudaBackend {
             state_bv: std::env::var("DELTARULE_CUDA_STATE_BV")
                 .ok()
                 .and_then(|s| StatePass::parse(&s)),
+            overlap: std::env::var("DELTARULE_CUDA_OVERLAP")
+                .map_or(OverlapSetting::Auto, |s| OverlapSetting::parse(&s)),
+            overlap_trace: std::env::var("DELTARULE_CUDA_OVERLAP_TRACE").is_ok_and(|s| s == "1"),
         })
     }
 
@@ -312,6 +323,24 @@ impl CudaBackend {
             Op::Gdn => "gdn",
             Op::Kda => "kda",
         };
+        // small-bh: the state pass, and whether the pair overlaps (decided before the metadata
+        // kernel, which zeroes the overlap's words)
+        let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
+        let small = (kernel == Kernel::SmallBh).then(|| {
+            let have = Variants {
+                wg: main.sizes[9] > 0,
+                wgt: main.sizes[11] > 0 && o_fits_tma(p, t.o),
+            };
+            let pass = state_pass(p, sms, self.state_bv, have);
+            let ov = overlap_plan(p, sms, pass, self.overlap);
+            if let Some(o) = ov {
+                prm.sync = base + layout.sync as u64;
+                prm.ov_tau = o.tau;
+                prm.ov_free = o.free;
+                prm.ov_trace = i32::from(self.overlap_trace);
+            }
+            (pass, ov)
+        });
         let needs_tables = kernel != Kernel::Recurrent || p.checkpoint_every.is_some();
         if needs_tables {
             launch_one(
@@ -332,28 +361,23 @@ impl CudaBackend {
                 launch_one(&main, &name, (hv, n, 1), 256, smem, stream, &prm, None)?;
             }
             Kernel::SmallBh => {
+                let (pass, ov) = small.ok_or_else(|| drv("small-bh launch", "no plan"))?;
                 let state = format!("{prefix}_prefill_state");
                 let rows = launch::table_rows(p) as u32;
-                let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
-                let have = Variants {
-                    wg: main.sizes[9] > 0,
-                    wgt: main.sizes[11] > 0 && o_fits_tma(p, t.o),
+                // (the persistent kernel keeps its work item after the arena: 16 bytes more)
+                let smem = main.sizes[3] as u32;
+                let (intra, grid, smem) = match (pass, ov) {
+                    (_, Some(o)) => (
+                        format!("{prefix}_prefill_intratov"),
+                        (o.grid, 1, 1),
+                        smem + 16,
+                    ),
+                    (StatePass::WgT, None) => {
+                        (format!("{prefix}_prefill_intrat"), (rows, hv, 1), smem)
+                    }
+                    _ => (format!("{prefix}_prefill_intra"), (rows, hv, 1), smem),
                 };
-                let pass = state_pass(p, sms, self.state_bv, have);
-                let intra = match pass {
-                    StatePass::WgT => format!("{prefix}_prefill_intrat"),
-                    _ => format!("{prefix}_prefill_intra"),
-                };
-                launch_one(
-                    &main,
-                    &intra,
-                    (rows, hv, 1),
-                    256,
-                    main.sizes[3] as u32,
-                    stream,
-                    &prm,
-                    None,
-                )?;
+                launch_one(&main, &intra, grid, 256, smem, stream, &prm, None)?;
                 let blocks = rows as u64 * hv as u64;
                 let bv = match pass {
                     StatePass::Mma(bv) => bv,
@@ -373,12 +397,24 @@ impl CudaBackend {
                                 MapArg::T(tensor_maps_t(p, t, prm.work, blocks, work)?),
                             )
                         };
+                        let name = format!("{state}{suffix}");
+                        let grid = ((p.v / 64) as u32, hv, n);
+                        let (threads, smem) = (main.sizes[at + 1] as u32, main.sizes[at] as u32);
+                        if ov.is_some() {
+                            launch_pdl(&main, &name, grid, threads, smem, stream, &prm, &maps)?;
+                            if self.overlap_trace {
+                                let at =
+                                    prm.sync + launch::trace_offset(rows as usize * p.hv) as u64;
+                                print_overlap_trace(stream, at)?;
+                            }
+                            return Ok(());
+                        }
                         return launch_one(
                             &main,
-                            &format!("{state}{suffix}"),
-                            ((p.v / 64) as u32, hv, n),
-                            main.sizes[at + 1] as u32,
-                            main.sizes[at] as u32,
+                            &name,
+                            grid,
+                            threads,
+                            smem,
                             stream,
                             &prm,
                             Some(&maps),
@@ -606,6 +642,70 @@ fn t_form_applies(p: &Problem) -> bool {
     p.op == Op::Gdn && matches!(p.qkv_dtype, DType::BF16 | DType::F16)
 }
 
+/// How the small-bh pair may overlap ([`overlap_plan`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum OverlapSetting {
+    Auto,
+    Off,
+    /// the share of the intra work (percent) taken before SMs are freed for the state pass
+    Tau(u32),
+}
+
+impl OverlapSetting {
+    /// `off` (or `0`, `no`), a percentage 1-100, anything else: automatic.
+    fn parse(s: &str) -> OverlapSetting {
+        match s.trim() {
+            "off" | "no" | "0" => OverlapSetting::Off,
+            t => t
+                .parse::<u32>()
+                .ok()
+                .filter(|v| (1..=100).contains(v))
+                .map_or(OverlapSetting::Auto, OverlapSetting::Tau),
+        }
+    }
+}
+
+/// The overlapped pair's launch: `free` state CTAs (and SMs freed for them), `tau` intra items
+/// taken before the freeing, `grid` persistent intra CTAs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Overlap {
+    free: i32,
+    tau: i32,
+    grid: u32,
+}
+
+/// Whether and how the T-form pair overlaps (kernels/prefill.cuh, "the overlapped T-form pair"):
+/// only where its state pass has at most half the SMs' worth of CTAs (one per 64 V columns, value
+/// head and sequence: gdn 16/32 1x8192 has 64 on 132 SMs), which otherwise idle the rest of the
+/// GPU through the serial chain. The state CTAs should start when the intra work left for the
+/// other SMs lasts as long as the chain: with per-chunk times `cs` (state pass, one CTA) and `ci`
+/// (intra, per item and SM), chain S = chunks x cs and intra I = items x ci / SMs, the freeing
+/// point is the share `1 - (S / I) (SMs - free) / SMs` of the items. H200, session 10 timelines
+/// (`DELTARULE_CUDA_OVERLAP_TRACE=1`, gdn 16/32): S / I = 183 / 184 us at 1x8192 and 683 / 688
+/// at 1x32768, i.e. cs / ci = 0.24; best measured shares 50-55 %, this rule gives 49 %.
+fn overlap_plan(p: &Problem, sms: usize, pass: StatePass, set: OverlapSetting) -> Option<Overlap> {
+    if pass != StatePass::WgT || set == OverlapSetting::Off || sms < 4 {
+        return None;
+    }
+    let free = p.v / 64 * p.hv * p.seqs;
+    let items = launch::table_rows(p) * p.hv;
+    if free == 0 || free > sms / 2 || items == 0 || items > i32::MAX as usize {
+        return None;
+    }
+    let share = match set {
+        OverlapSetting::Tau(t) => f64::from(t) / 100.0,
+        _ => {
+            let r = 0.24 * sms as f64 / (p.hv * p.seqs) as f64; // S / I
+            (1.0 - r * (sms - free) as f64 / sms as f64).clamp(0.0, 1.0)
+        }
+    };
+    Some(Overlap {
+        free: free as i32,
+        tau: (share * items as f64).round() as i32,
+        grid: (2 * sms).min(items) as u32,
+    })
+}
+
 /// The two kernel-parameter tensor maps of the wgmma state pass (`struct TmapPair` in
 /// `kernels/prefill.cuh`, 64-byte aligned).
 #[repr(C, align(64))]
@@ -758,6 +858,107 @@ fn launch_one(
     // go out of scope.
     unsafe { result::launch_kernel(f, grid, (block, 1, 1), smem, stream, &mut args[..n]) }
         .map_err(|e| drv(&format!("launch {name}"), e))
+}
+
+/// As [`launch_one`] for a wgmma state pass, with programmatic dependent launch (the overlapped
+/// pair, [`overlap_plan`]): the kernel may start while the intra kernel before it in the stream
+/// runs (once every intra CTA has triggered it), and waits for that kernel's completion itself.
+#[allow(clippy::too_many_arguments)]
+fn launch_pdl(
+    m: &Loaded,
+    name: &str,
+    grid: (u32, u32, u32),
+    block: u32,
+    smem: u32,
+    stream: sys::CUstream,
+    prm: &Params,
+    maps: &MapArg,
+) -> Result<()> {
+    if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+        return Ok(());
+    }
+    let f = m.func(name)?;
+    let mut local = *prm;
+    let mut tm = *maps;
+    let mut args = [
+        &mut local as *mut Params as *mut std::ffi::c_void,
+        match &mut tm {
+            MapArg::Pair(m) => m as *mut TmapPair as *mut std::ffi::c_void,
+            MapArg::T(m) => m as *mut TmapT as *mut std::ffi::c_void,
+        },
+    ];
+    // SAFETY: an all-zero CUlaunchAttribute is a valid value (a C struct of an enum whose 0 is
+    // CU_LAUNCH_ATTRIBUTE_IGNORE and a union of plain data); its fields are set next.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: smem,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: as in `launch_one` (the same kernels and parameter blocks); `cfg` and `attr` live
+    // across the call, which copies them and the parameters before returning.
+    unsafe { sys::cuLaunchKernelEx(&cfg, f, args.as_mut_ptr(), std::ptr::null_mut()) }
+        .result()
+        .map_err(|e| drv(&format!("launch {name}"), e))
+}
+
+/// `DELTARULE_CUDA_OVERLAP_TRACE=1` (diagnosis only; it synchronises the stream): reads the
+/// overlapped pair's timeline at `at` back and prints a summary to stderr, times in us from the
+/// first intra CTA's start.
+fn print_overlap_trace(stream: sys::CUstream, at: u64) -> Result<()> {
+    let mut rec = vec![0u64; (launch::TRACE_INTRA + launch::TRACE_STATE) * 4];
+    // SAFETY: the stream's work is complete after the synchronisation; `at` is the timeline area
+    // of the workspace (laid out by WorkspaceLayout with room for `rec`).
+    unsafe {
+        result::stream::synchronize(stream).map_err(|e| drv("trace: synchronize", e))?;
+        result::memcpy_dtoh_sync(&mut rec[..], at).map_err(|e| drv("trace: read", e))?;
+    }
+    let (intra, state) = rec.split_at(launch::TRACE_INTRA * 4);
+    let intra: Vec<&[u64]> = intra.chunks(4).filter(|r| r[1] > 0).collect();
+    let state: Vec<&[u64]> = state.chunks(4).filter(|r| r[1] > 0).collect();
+    let Some(t0) = intra.iter().map(|r| r[1]).min() else {
+        eprintln!("overlap trace: no intra records");
+        return Ok(());
+    };
+    let us = |t: u64| t.saturating_sub(t0) as f64 / 1e3;
+    let stats = |mut v: Vec<f64>| -> String {
+        if v.is_empty() {
+            return "-".into();
+        }
+        v.sort_by(f64::total_cmp);
+        format!(
+            "{:.1} / {:.1} / {:.1}",
+            v[0],
+            v[v.len() / 2],
+            v[v.len() - 1]
+        )
+    };
+    let left: Vec<&&[u64]> = intra.iter().filter(|r| r[3] >> 32 != 0).collect();
+    eprintln!(
+        "overlap trace: intra {} CTAs (start {}, end {} us; items per CTA {}), {} left early (end {} us, {} SMs); state {} CTAs on {} SMs (start {}, end {} us, waiting for flags {} us)",
+        intra.len(),
+        stats(intra.iter().map(|r| us(r[1])).collect()),
+        stats(intra.iter().map(|r| us(r[2])).collect()),
+        stats(intra.iter().map(|r| (r[3] & 0xffff_ffff) as f64).collect()),
+        left.len(),
+        stats(left.iter().map(|r| us(r[2])).collect()),
+        left.iter().map(|r| r[0]).collect::<std::collections::BTreeSet<_>>().len(),
+        state.len(),
+        state.iter().map(|r| r[0]).collect::<std::collections::BTreeSet<_>>().len(),
+        stats(state.iter().map(|r| us(r[1])).collect()),
+        stats(state.iter().map(|r| us(r[2])).collect()),
+        stats(state.iter().map(|r| r[3] as f64 / 1e3).collect()),
+    );
+    Ok(())
 }
 
 /// Device buffers of one host-side call.
@@ -957,7 +1158,10 @@ impl Backend for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_ptrs, state_pass, state_tile, StatePass, Variants};
+    use super::{
+        check_ptrs, overlap_plan, state_pass, state_tile, Overlap, OverlapSetting, StatePass,
+        Variants,
+    };
     use crate::launch::DevicePtrs;
     use deltarule_core::{Error, Mode, Op, Problem};
 
@@ -988,6 +1192,49 @@ mod tests {
         assert_eq!(pass(&prefill(1, 16, 32), mma(16)), StatePass::Mma(16));
         assert_eq!(pass(&prefill(1, 4, 8), mma(32)), StatePass::Mma(32));
         assert_eq!(pass(&prefill(1, 16, 32), mma(64)), StatePass::Mma(64));
+    }
+
+    #[test]
+    fn the_pair_overlaps_only_with_the_t_form_and_few_state_ctas() {
+        let auto = OverlapSetting::Auto;
+        // gdn 16/32 1x8192: 64 state CTAs on 132 SMs, 128 rows x 32 heads; S / I = 0.24 x 132 /
+        // 32 = 0.99, freeing point 1 - 0.99 x 68 / 132 = 0.49 of the 4096 items
+        let p = prefill(1, 16, 32);
+        let o = overlap_plan(&p, 132, StatePass::WgT, auto).expect("overlaps");
+        assert_eq!((o.free, o.grid), (64, 264));
+        assert!((1950..2050).contains(&o.tau), "{o:?}");
+        // only the T-form pass
+        assert_eq!(overlap_plan(&p, 132, StatePass::Wg, auto), None);
+        assert_eq!(overlap_plan(&p, 132, StatePass::Mma(32), auto), None);
+        // off, or a forced share
+        assert_eq!(
+            overlap_plan(&p, 132, StatePass::WgT, OverlapSetting::Off),
+            None
+        );
+        let forced = overlap_plan(&p, 132, StatePass::WgT, OverlapSetting::Tau(50));
+        assert_eq!(
+            forced,
+            Some(Overlap {
+                free: 64,
+                tau: 2048,
+                grid: 264
+            })
+        );
+        // more state CTAs than half the SMs: the plain pair (16x1024: 1024 CTAs)
+        assert_eq!(
+            overlap_plan(&prefill(16, 16, 32), 132, StatePass::WgT, auto),
+            None
+        );
+        assert_eq!(overlap_plan(&p, 100, StatePass::WgT, auto), None);
+        // few heads: the state chain is long against the intra work, the SMs are freed at once
+        let few = overlap_plan(&prefill(1, 4, 8), 132, StatePass::WgT, auto).expect("overlaps");
+        assert_eq!((few.free, few.tau), (16, 0));
+        // the setting's text
+        assert_eq!(OverlapSetting::parse("off"), OverlapSetting::Off);
+        assert_eq!(OverlapSetting::parse("0"), OverlapSetting::Off);
+        assert_eq!(OverlapSetting::parse("35"), OverlapSetting::Tau(35));
+        assert_eq!(OverlapSetting::parse("135"), OverlapSetting::Auto);
+        assert_eq!(OverlapSetting::parse("on"), OverlapSetting::Auto);
     }
 
     const NONE: Variants = Variants {
