@@ -1626,8 +1626,8 @@ __device__ void smallbh_intra_ov(const Params& p) {
     for (;;) {
         if (threadIdx.x == 0) {
             // Past ov_tau items, the first ov_free SMs to get here are freed for the state pass:
-            // the first CTA of an SM decides for both (a rule on the id, id < ov_free, assumed
-            // dense ids and measured slower than no overlap, session 10).
+            // the first CTA of an SM decides for both (a rule on the id itself, id < ov_free,
+            // would assume dense SM ids, which PTX does not promise).
             bool leave = false;
             // A CTA leaves only with a ticket below gridDim.x - 1: one at least stays, whatever
             // the CTAs' placement (a small grid may sit entirely on freed SMs).
