@@ -301,3 +301,34 @@ pub fn module_for(op: Op, kernel: Kernel) -> crate::kernels::Module {
         (Op::Kda, _) => Module::KdaPrefill,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{table_rows, trace_offset, WorkspaceLayout, SYNC_FLAGS, TRACE_INTRA, TRACE_STATE};
+    use deltarule_core::{Kernel, Mode, Op, Problem};
+
+    #[test]
+    fn the_overlap_area_follows_the_blocks_with_its_flags_and_an_aligned_timeline() {
+        // gdn 16/32 1x8192: 128 chunk rows x 32 heads of 37 KB blocks
+        let p = Problem::new(Op::Gdn, Mode::Prefill, 1, 8192, 16, 32, 128, 128);
+        let block = 37 * 1024;
+        let l = WorkspaceLayout::new(Kernel::SmallBh, &p, block);
+        let blocks = table_rows(&p) * p.hv;
+        assert_eq!(blocks, 128 * 32);
+        assert!(l.sync >= l.work + blocks * block && l.sync.is_multiple_of(256));
+        // counters, SM marks and a flag per block, then the 8-byte aligned timeline records
+        let t = trace_offset(blocks);
+        assert!(
+            t >= (SYNC_FLAGS + blocks) * 4
+                && t.is_multiple_of(8)
+                && t < (SYNC_FLAGS + blocks) * 4 + 8
+        );
+        assert_eq!(l.total, l.sync + t + (TRACE_INTRA + TRACE_STATE) * 32);
+        // odd block counts still give an aligned timeline
+        assert!(trace_offset(1).is_multiple_of(8));
+        assert!(trace_offset(1) >= (SYNC_FLAGS + 1) * 4);
+        // the other kernels have no small-bh area
+        let c = WorkspaceLayout::new(Kernel::Chunked, &p, block);
+        assert_eq!((c.sync, c.total), (c.work, c.work));
+    }
+}
