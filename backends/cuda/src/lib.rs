@@ -352,13 +352,24 @@ impl CudaBackend {
                 stream,
                 &prm,
                 None,
+                false,
             )?;
         }
         match kernel {
             Kernel::Chunked => {
                 let name = format!("{prefix}_prefill_fused");
                 let smem = main.sizes[0] as u32;
-                launch_one(&main, &name, (hv, n, 1), 256, smem, stream, &prm, None)?;
+                launch_one(
+                    &main,
+                    &name,
+                    (hv, n, 1),
+                    256,
+                    smem,
+                    stream,
+                    &prm,
+                    None,
+                    false,
+                )?;
             }
             Kernel::SmallBh => {
                 let (pass, ov) = small.ok_or_else(|| drv("small-bh launch", "no plan"))?;
@@ -377,7 +388,7 @@ impl CudaBackend {
                     }
                     _ => (format!("{prefix}_prefill_intra"), (rows, hv, 1), smem),
                 };
-                launch_one(&main, &intra, grid, 256, smem, stream, &prm, None)?;
+                launch_one(&main, &intra, grid, 256, smem, stream, &prm, None, false)?;
                 let blocks = rows as u64 * hv as u64;
                 let bv = match pass {
                     StatePass::Mma(bv) => bv,
@@ -400,16 +411,8 @@ impl CudaBackend {
                         let name = format!("{state}{suffix}");
                         let grid = ((p.v / 64) as u32, hv, n);
                         let (threads, smem) = (main.sizes[at + 1] as u32, main.sizes[at] as u32);
-                        if ov.is_some() {
-                            launch_pdl(&main, &name, grid, threads, smem, stream, &prm, &maps)?;
-                            if self.overlap_trace {
-                                let at =
-                                    prm.sync + launch::trace_offset(rows as usize * p.hv) as u64;
-                                print_overlap_trace(stream, at)?;
-                            }
-                            return Ok(());
-                        }
-                        return launch_one(
+                        let pdl = ov.is_some();
+                        launch_one(
                             &main,
                             &name,
                             grid,
@@ -418,7 +421,13 @@ impl CudaBackend {
                             stream,
                             &prm,
                             Some(&maps),
-                        );
+                            pdl,
+                        )?;
+                        if pdl && self.overlap_trace {
+                            let at = prm.sync + launch::trace_offset(rows as usize * p.hv) as u64;
+                            print_overlap_trace(stream, at)?;
+                        }
+                        return Ok(());
                     }
                 };
                 // (V tile, threads, shared bytes) of the register-state pass: one warp per 16
@@ -442,13 +451,14 @@ impl CudaBackend {
                     stream,
                     &prm,
                     None,
+                    false,
                 )?;
             }
             Kernel::Recurrent => {
                 let name = format!("{prefix}_decode_recurrent");
                 // 4 state warps + 1 token-input warp (NTH in kernels/decode.cuh)
                 let vt = (p.v / 32) as u32;
-                launch_one(&main, &name, (vt, hv, n), 160, 0, stream, &prm, None)?;
+                launch_one(&main, &name, (vt, hv, n), 160, 0, stream, &prm, None, false)?;
             }
             other => {
                 return Err(Error::unsupported(
@@ -821,7 +831,10 @@ fn tensor_maps(work: u64, blocks: u64, block: u64, k: usize) -> Result<TmapPair>
 }
 
 /// Launches kernel `name` with `const Params` as its parameter, followed by the tensor maps (a
-/// `__grid_constant__` parameter) where `maps` is given (the wgmma state pass).
+/// `__grid_constant__` parameter) where `maps` is given (the wgmma state pass). `pdl`: with
+/// programmatic dependent launch (the overlapped pair's state pass, [`overlap_plan`]): the kernel
+/// may start while the intra kernel before it in the stream runs (once every intra CTA has
+/// triggered it), and waits for that kernel's completion itself.
 #[allow(clippy::too_many_arguments)]
 fn launch_one(
     m: &Loaded,
@@ -832,6 +845,7 @@ fn launch_one(
     stream: sys::CUstream,
     prm: &Params,
     maps: Option<&MapArg>,
+    pdl: bool,
 ) -> Result<()> {
     if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
         return Ok(());
@@ -856,37 +870,12 @@ fn launch_one(
     // documented sizes (launch contract); `smem` is within the limit set on the function at load
     // time; cuLaunchKernel copies the parameter block before returning, so `local` and `tm` may
     // go out of scope.
-    unsafe { result::launch_kernel(f, grid, (block, 1, 1), smem, stream, &mut args[..n]) }
-        .map_err(|e| drv(&format!("launch {name}"), e))
-}
-
-/// As [`launch_one`] for a wgmma state pass, with programmatic dependent launch (the overlapped
-/// pair, [`overlap_plan`]): the kernel may start while the intra kernel before it in the stream
-/// runs (once every intra CTA has triggered it), and waits for that kernel's completion itself.
-#[allow(clippy::too_many_arguments)]
-fn launch_pdl(
-    m: &Loaded,
-    name: &str,
-    grid: (u32, u32, u32),
-    block: u32,
-    smem: u32,
-    stream: sys::CUstream,
-    prm: &Params,
-    maps: &MapArg,
-) -> Result<()> {
-    if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
-        return Ok(());
+    if !pdl {
+        return unsafe {
+            result::launch_kernel(f, grid, (block, 1, 1), smem, stream, &mut args[..n])
+        }
+        .map_err(|e| drv(&format!("launch {name}"), e));
     }
-    let f = m.func(name)?;
-    let mut local = *prm;
-    let mut tm = *maps;
-    let mut args = [
-        &mut local as *mut Params as *mut std::ffi::c_void,
-        match &mut tm {
-            MapArg::Pair(m) => m as *mut TmapPair as *mut std::ffi::c_void,
-            MapArg::T(m) => m as *mut TmapT as *mut std::ffi::c_void,
-        },
-    ];
     // SAFETY: an all-zero CUlaunchAttribute is a valid value (a C struct of an enum whose 0 is
     // CU_LAUNCH_ATTRIBUTE_IGNORE and a union of plain data); its fields are set next.
     let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -904,8 +893,8 @@ fn launch_pdl(
         attrs: &mut attr,
         numAttrs: 1,
     };
-    // SAFETY: as in `launch_one` (the same kernels and parameter blocks); `cfg` and `attr` live
-    // across the call, which copies them and the parameters before returning.
+    // SAFETY: as above (the same kernels and parameter blocks); `cfg` and `attr` live across the
+    // call, which copies them and the parameters before returning.
     unsafe { sys::cuLaunchKernelEx(&cfg, f, args.as_mut_ptr(), std::ptr::null_mut()) }
         .result()
         .map_err(|e| drv(&format!("launch {name}"), e))
