@@ -468,11 +468,6 @@ constexpr bool ut_split_matches() {
 }
 static_assert(ut_split_matches(), "U's store offsets (ut_tile + ut_lane) must be ut_off's");
 
-// --------------------------------------------------------------------------------- intra stage
-// Computes the state-independent products of the chunk [t0, t0 + L) of value head hv into the
-// arena `sm` (layout Lay<KDA>). All NTH threads; ends without a final barrier.
-// TONLY (gdn DIRECT only): the T-form block (TLay): steps 1-3, then T_w, T_u, the factors; no
-// X, V, q̃, k̃, W or U (the wgmma state pass smallbh_state_wgt builds W·S and U from the inputs).
 // ------------------------------------------------ the overlapped pair's synchronisation
 __device__ __forceinline__ int ld_acquire(const int* f) {
     int v;
@@ -514,6 +509,11 @@ __device__ __forceinline__ void publish_ready(const Params& p, int it) {
     st_release(p.sync + SYNC_FLAGS + it, 1);
 }
 
+// --------------------------------------------------------------------------------- intra stage
+// Computes the state-independent products of the chunk [t0, t0 + L) of value head hv into the
+// arena `sm` (layout Lay<KDA>). All NTH threads; ends without a final barrier.
+// TONLY (gdn DIRECT only): the T-form block (TLay): steps 1-3, then T_w, T_u, the factors; no
+// X, V, q̃, k̃, W or U (the wgmma state pass smallbh_state_wgt builds W·S and U from the inputs).
 template <bool KDA, bool DIRECT = false, bool TONLY = false>
 __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, char* wdst = nullptr,
                             int publish = -1) {
@@ -1599,7 +1599,7 @@ __device__ void smallbh_intra(const Params& p) {
 // it, has them all. The overlapped pair runs both at once:
 //  * the intra kernel is persistent (two CTAs per SM) and takes (row, value head) items in row
 //    order from a counter (sync[0]); after an item's block has reached global memory it sets the
-//    item's ready flag (sync[2 + item], release);
+//    item's ready flag (sync[SYNC_FLAGS + item], release; thread 0, after the next item's loads);
 //  * it triggers the state pass at once (programmatic dependent launch: that kernel is launched
 //    with the PDL attribute on the same stream and may start when every intra CTA has started);
 //  * once ov_tau items are taken, the intra CTAs of the first ov_free SMs to notice stop taking
@@ -1607,9 +1607,9 @@ __device__ void smallbh_intra(const Params& p) {
 //    CTAs) land there while the other SMs go on with the intra work;
 //  * the state pass's fetch thread waits for a chunk's ready flag (acquire) before its workspace
 //    loads, and the state CTAs wait for the intra grid's completion before they exit.
-// No deadlock: the state pass starts only after all intra CTAs have started, and the CTAs of the
-// SMs not freed (at least half) never leave early, so every item is done. The varlen kernel
-// zeroes sync each call.
+// No deadlock: the state pass starts only after all intra CTAs have started, and one intra CTA
+// at least never leaves early (a leave ticket below gridDim.x - 1), so every item is done. The
+// varlen kernel zeroes sync each call.
 template <bool KDA>
 __device__ void smallbh_intra_ov(const Params& p) {
     static_assert(!KDA, "the T-form is gdn's");
