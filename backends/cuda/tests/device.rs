@@ -105,3 +105,59 @@ fn small_bh_conformance_with_each_wgmma_state_pass() {
         );
     }
 }
+
+/// `auto` runs the overlapped T-form pair at few (sequence x value head) pairs with long sequences
+/// (gdn 16/32, one sequence of 8192 tokens: 64 state CTAs on 132 SMs); the suite's problems are
+/// too small to reach it through `auto`. One such problem (dense initial state, checkpoints)
+/// against float64, rerun bit-identical (`check_case`), then the same in a child process with the
+/// overlap off (`DELTARULE_CUDA_OVERLAP=off`): the errors must match to the last digit.
+#[test]
+fn overlapped_pair_through_auto() {
+    use deltarule_core::{FinalState, InitialState, Mode, Op, Problem};
+    use deltarule_tests::{cases, diff, generate};
+    if !present() {
+        return;
+    }
+    let mut p = Problem::new(Op::Gdn, Mode::Prefill, 1, 8192, 16, 32, 128, 128);
+    p.initial = InitialState::Dense;
+    p.final_state = FinalState::Dense;
+    p.checkpoint_every = Some(1024);
+    let case = generate::generate(&p, &[8192], 10, generate::DataStyle::default())
+        .expect("generate the problem");
+    let reference = diff::reference_outputs(&case).expect("the float64 reference");
+    let check = cases::check_case(suite::engine(), "cuda", &case, &reference)
+        .unwrap_or_else(|e| panic!("gdn 16/32 1x8192 through auto: {e}"));
+    let line: Vec<String> = check
+        .errors
+        .iter()
+        .map(|(t, e)| format!("{t} {e:e}"))
+        .collect();
+    let line = format!("overlap errors: {}", line.join(", "));
+    println!("{line}");
+    if std::env::var_os("DELTARULE_CUDA_OVERLAP").is_some() {
+        return; // (the child)
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(&exe)
+        .args([
+            "--exact",
+            "overlapped_pair_through_auto",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DELTARULE_CUDA_OVERLAP", "off")
+        .output()
+        .expect("run the test binary");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the same with the overlap off failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = text.lines().find(|l| l.starts_with("overlap errors: "));
+    assert_eq!(
+        theirs,
+        Some(line.as_str()),
+        "overlap on and off disagree:\n{text}"
+    );
+}
