@@ -62,9 +62,7 @@ struct Params {
     int qkv_dt, g_dt, beta_dt, out_dt, s_in_dt, s_out_dt, off_dt, idx_dt;
     int gate, beta_mode, l2norm, layout, initial, final_mode, ck_every, has_a_log;
     int ov_tau, ov_free;       // overlapped pair: items taken before ov_free SMs are freed
-    int ov_trace;              // overlapped pair: print a timeline (diagnosis)
-    int st_items;              // T-form state pass: > 0 persistent over this many (V tile, head,
-                               // sequence) items, grid (CTAs); 0: one item a CTA, grid (V / 64, HV, N)
+    int ov_trace, ov_pad;      // overlapped pair: print a timeline (diagnosis)
 };
 // The overlapped pair's words (p.sync): [0] the work counter, [1] SMs freed so far, [2] intra
 // CTAs that left early, [3] spare, [4, 4 + SYNC_SMS) a mark per SM id (0 undecided, 1 freed, 2

@@ -56,9 +56,8 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_intratov(const 
     smallbh_intra_ov<false>(p);
 }
 
-// The T-form wgmma state pass (sm_90a, K in {64, 128}, V >= 64): p.st_items = (V / 64) HV N
-// items (V tile fastest), grid (ceil(items / per)) for runs of `per` items a CTA, 160 threads,
-// shared GTLay::TOTAL; k, q, v rows and the TLay blocks through the tensor maps in `tm`.
+// The T-form wgmma state pass (sm_90a, K in {64, 128}, V >= 64): grid (V / 64, HV, N), 160
+// threads, shared GTLay::TOTAL; k, q, v rows and the TLay blocks through the tensor maps in `tm`.
 extern "C" __global__ void __launch_bounds__(160, 1) gdn_prefill_statewgt(const Params p,
                                                                           const __grid_constant__ TmapT tm) {
     smallbh_state_wgt(p, tm);

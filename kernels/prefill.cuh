@@ -2272,8 +2272,7 @@ struct GTLay {
     static constexpr int STAGE = (TX + 1023) / 1024 * 1024;
     static constexpr int NST = 3;
     static constexpr int MB = NST * STAGE;
-    static constexpr int REC = MB + 2 * NST * 8;  // the current item, a record per warp (see below)
-    static constexpr int TOTAL = REC + 4 * 32 + 1024;
+    static constexpr int TOTAL = MB + 2 * NST * 8 + 1024;
     static_assert(TOTAL <= 232448, "shared memory of the T-form wgmma state pass");
 };
 // The tensor maps of the T-form pass (host: cuTensorMapEncodeTiled per launch): q and k as
@@ -2317,32 +2316,6 @@ __device__ __forceinline__ void wgmma_n64_ss(float (&d)[8][4], u64 da, u64 db, i
         : WG_ACC8(d, 0)
         : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
-// Item `it` of the T-form pass (V tile fastest, then value head, then sequence): v0, hv, n, the
-// sequence's tokens [bos, bos + len), its first chunk-table row r0 and its chunks nch.
-// (UNI: a warp-uniform value, `wuni` where the whole warp runs this, else `same`)
-#define WGT_ITEM(p, it, UNI)                                                                         \
-    const int v0 = ((it) % (VD / 64)) * 64, hv = ((it) / (VD / 64)) % (p).HV,                        \
-              n = (it) / ((VD / 64) * (p).HV);                                                       \
-    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);                                      \
-    const int len = UNI((int)(eos - bos));                                                           \
-    const int r0 = (p).chunk_offsets[n];                                                             \
-    const int nch = UNI((p).chunk_offsets[n + 1] - r0)
-__device__ __forceinline__ int wuni(int x) { return __shfl_sync(0xffffffffu, x, 0); }
-__device__ __forceinline__ int same(int x) { return x; }
-// Prefetches to L2 the initial-state tile (64 V columns from v0, all K) of sequence n, head hv
-// (one thread; the persistent T-form pass, whose warpgroup then loads it by per-thread loads).
-__device__ __forceinline__ void prefetch_state_l2(const Params& p, int n, int hv, int v0) {
-    const i64 row = p.state_in == nullptr ? -1 : initial_row(p, n);
-    if (row < 0) return;
-    const int es = p.s_in_dt == DT_F32 ? 4 : 2;
-    const char* base = (const char*)p.state_in + (row * p.HV + hv) * (i64)KD * VD * es;
-    if (((unsigned long long)base & 15) != 0) return;  // (bulk: 16-byte aligned)
-    if (p.layout == LAYOUT_KV) {
-        for (int d = 0; d < KD; ++d) prefetch_l2(base + ((i64)d * VD + v0) * es, 64 * es);
-    } else {
-        prefetch_l2(base + (i64)v0 * KD * es, 64 * KD * es);
-    }
-}
 // Diagnosis (DELTARULE_CUDA_PROBE bit 2048): U from T_u's hi part only (its lo product left out).
 constexpr bool TU_HI_ONLY = (PROBE & 2048) != 0;
 // Diagnosis (bit 4096): o by per-thread global stores (the path of f32 outputs and of a
@@ -2352,17 +2325,8 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
     extern __shared__ __align__(16) char smraw[];
     char* sm = smraw + ((1024u - (smem_addr(smraw) & 1023u)) & 1023u);
     constexpr int NST = GTLay::NST, NB = GTLay::NB;
-    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31, q = lane & 3;
-    // Work items (V tile, value head, sequence; V tile fastest), p.st_items of them, a run of
-    // `per` consecutive items a CTA (grid (ceil(items / per))). With per > 1 the fetch warp runs on
-    // into the next item's stages while the warpgroup finishes an item, and prefetches each item's
-    // initial state to L2: short sequences (gdn 16/32 256x64: 16 Ki items of one chunk) are
-    // latency-bound one CTA an SM. Runs of a few items, not one per SM, keep the hardware's
-    // balancing of varlen batches with a few long sequences. Both sides walk the same items; the
-    // stages and their barrier phases follow a running chunk count.
-    const int per = (p.st_items + (int)gridDim.x - 1) / (int)gridDim.x;
-    const int it0 = (int)blockIdx.x * per, it_end = imin(it0 + per, p.st_items);
-    const bool persist = per > 1;
+    WG_CTA_PROLOGUE(p);
+    const int h = hv / p.group;
     u64* bars = (u64*)(sm + GTLay::MB);
     u64* empty = bars + NST;
     wg_bars_init(bars, empty, NST, 128);  // (empty: every warpgroup thread, see finish)
@@ -2370,36 +2334,30 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
         const u64 tstart = p.ov_trace ? gtimer() : 0;
         u64 waited = 0;
         if (lane == 0) {
-            int gc = 0;  // (the stages' running chunk count, as the warpgroup's)
-            for (int it = it0; it < it_end; ++it) {
-                WGT_ITEM(p, it, same);  // (lane 0 only)
-                const int h = hv / p.group;
-                if (persist) prefetch_state_l2(p, n, hv, v0);
-                for (int c = 0; c < nch; ++c, ++gc) {
-                    if (gc >= NST) {
-                        mbar_wait(empty + gc % NST, (gc / NST - 1) & 1);
-                        fence_proxy_async();
-                    }
-                    const int blk = (r0 + c) * p.HV + hv, tok = (int)bos + c * CH;
-                    char* st = sm + (gc % NST) * GTLay::STAGE;
-                    u64* bar = bars + gc % NST;
-                    mbar_arrive_expect(bar, GTLay::TX);
-#pragma unroll
-                    for (int b = 0; b < NB; ++b) {
-                        tma_load_2d(st + GTLay::K + b * 8192, tm.k, h * KD + 64 * b, tok, bar);
-                        tma_load_2d(st + GTLay::Q + b * 8192, tm.q, h * KD + 64 * b, tok, bar);
-                    }
-                    tma_load_2d(st + GTLay::V, tm.v, hv * VD + v0, tok, bar);
-                    if (p.ov_trace) {
-                        const u64 w0 = gtimer();
-                        wait_ready(p, blk);
-                        waited += gtimer() - w0;
-                    } else {
-                        wait_ready(p, blk);  // (overlapped pair: the intra kernel's block is there)
-                    }
-                    tma_load_3d(st + GTLay::TW, tm.t, 0, 0, blk, bar);
-                    bulk_g2s(st + GTLay::FAC, (const char*)p.work + (i64)blk * WLay::BLOCK + TLay::FAC, TLay::FACB, bar);
+            for (int c = 0; c < nch; ++c) {
+                if (c >= NST) {
+                    mbar_wait(empty + c % NST, (c / NST - 1) & 1);
+                    fence_proxy_async();
                 }
+                const int blk = (r0 + c) * p.HV + hv, tok = (int)bos + c * CH;
+                char* st = sm + (c % NST) * GTLay::STAGE;
+                u64* bar = bars + c % NST;
+                mbar_arrive_expect(bar, GTLay::TX);
+#pragma unroll
+                for (int b = 0; b < NB; ++b) {
+                    tma_load_2d(st + GTLay::K + b * 8192, tm.k, h * KD + 64 * b, tok, bar);
+                    tma_load_2d(st + GTLay::Q + b * 8192, tm.q, h * KD + 64 * b, tok, bar);
+                }
+                tma_load_2d(st + GTLay::V, tm.v, hv * VD + v0, tok, bar);
+                if (p.ov_trace) {
+                    const u64 w0 = gtimer();
+                    wait_ready(p, blk);
+                    waited += gtimer() - w0;
+                } else {
+                    wait_ready(p, blk);  // (overlapped pair: the intra kernel's block is there)
+                }
+                tma_load_3d(st + GTLay::TW, tm.t, 0, 0, blk, bar);
+                bulk_g2s(st + GTLay::FAC, (const char*)p.work + (i64)blk * WLay::BLOCK + TLay::FAC, TLay::FACB, bar);
             }
         }
         // (overlapped pair: this grid completes after the intra grid. After the whole warp is
@@ -2417,188 +2375,166 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
         }
         return;
     }
-    int cb = 0;  // chunks of this CTA's earlier items (the stages' running count)
-    // The item's values after its start are read from a per-warp record in shared memory (volatile)
-    // where used, not kept in registers: decoded in registers, ptxas spilled ~530 bytes a thread
-    // (255 registers; 0 with the values of the one-item grid, whose v0, hv, n are block indices).
-    volatile int* rec = (volatile int*)(sm + GTLay::REC) + 8 * warp;
-    for (int it = it0; it < it_end; ++it) {
-        float accS[KD / 8][4];
-        {
-            WGT_ITEM(p, it, wuni);
-            __syncwarp();  // (the warp is done with the last item's record)
-            if (lane == 0) {
-                rec[0] = v0;
-                rec[1] = hv;
-                rec[2] = n;
-                rec[3] = (int)bos;
-                rec[4] = len;
-                rec[5] = nch;
-            }
-            __syncwarp();
-            load_state_r(p, accS, initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, v0 + 16 * warp);
+    const int vw = v0 + 16 * warp;
+    float accS[KD / 8][4];
+    load_state_r(p, accS, initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, vw);
+    uint4 sf[KD / 16];
+#pragma unroll
+    for (int ks = 0; ks < KD / 16; ++ks) sf[ks] = s_frag(accS, ks);
+    float accW[8][4], accV[8][4], accO[8][4];
+    // o of chunk c. A 16-bit o of a whole chunk leaves by one TMA store, staged at the end of the
+    // chunk (`stage_o`: the tile goes to the stage's first q box, dead since the chunk's q product
+    // completed, as o[t][v] in the 128-byte swizzle; 4-byte stores, conflict-free: unit
+    // (2 warp + h) ^ (t % 8)); `finish` then runs while chunk c + 1's first group does: it waits
+    // until the store has read the tile, writes the checkpoint after chunk c (accS = S_{c+1}) and
+    // releases the stage. f32 o and a sequence's last, partial chunk leave by per-thread stores at
+    // the end of the chunk. (s9c: those stores, 16 a thread with their address math, were ~16 % of
+    // the pass's stall samples; issued during the next chunk's first group they made ptxas wait
+    // for that group first, and kept accO live across it (spills). ptxas also waits for every
+    // wgmma in flight before shared-memory stores, hence the staging at the chunk's end.)
+    // (only for sequences of more than 4 chunks: with one chunk, gdn 16/32 256x64, the staged
+    // store measured 1.198 ms against 1.151 with per-thread stores, s9d; nothing overlaps it)
+    const bool o16 = p.out_dt != DT_F32 && nch > 4 && !EMIT_DIRECT;
+    auto stage_o = [&](int c) {
+        const int L = imin(CH, len - c * CH);
+        if (!(o16 && L == CH)) {
+            store_o_t(p, accO, (int)bos + c * CH, L, hv, vw);
+            return;
         }
-        const int nch = rec[5];
-        uint4 sf[KD / 16];
+        const int g = lane >> 2;
+        const bool bf = p.out_dt == DT_BF16;
+        char* ot = sm + (c % NST) * GTLay::STAGE + GTLay::Q;
 #pragma unroll
-        for (int ks = 0; ks < KD / 16; ++ks) sf[ks] = s_frag(accS, ks);
-        float accW[8][4], accV[8][4], accO[8][4];
-        // o of chunk c. A 16-bit o of a whole chunk leaves by one TMA store, staged at the end of the
-        // chunk (`stage_o`: the tile goes to the stage's first q box, dead since the chunk's q product
-        // completed, as o[t][v] in the 128-byte swizzle; 4-byte stores, conflict-free: unit
-        // (2 warp + h) ^ (t % 8)); `finish` then runs while chunk c + 1's first group does: it waits
-        // until the store has read the tile, writes the checkpoint after chunk c (accS = S_{c+1}) and
-        // releases the stage. f32 o and a sequence's last, partial chunk leave by per-thread stores at
-        // the end of the chunk. (s9c: those stores, 16 a thread with their address math, were ~16 % of
-        // the pass's stall samples; issued during the next chunk's first group they made ptxas wait
-        // for that group first, and kept accO live across it (spills). ptxas also waits for every
-        // wgmma in flight before shared-memory stores, hence the staging at the chunk's end.)
-        // (only for sequences of more than 4 chunks: with one chunk, gdn 16/32 256x64, the staged
-        // store measured 1.198 ms against 1.151 with per-thread stores, s9d; nothing overlaps it)
-        const bool o16 = p.out_dt != DT_F32 && nch > 4 && !EMIT_DIRECT;
-        auto stage_o = [&](int c) {
-            const int L = imin(CH, rec[4] - c * CH);
-            if (!(o16 && L == CH)) {
-                store_o_t(p, accO, rec[3] + c * CH, L, rec[1], rec[0] + 16 * warp);
-                return;
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const float x = accO[nt][2 * hh], y = accO[nt][2 * hh + 1];
+                const u32 wd = movm_t(bf ? pack_bf16x2(x, y) : pack_f16x2(x, y));
+                *(u32*)(ot + (8 * nt + g) * 128 + (((2 * warp + hh) ^ g) << 4) + 4 * q) = wd;
             }
-            const int g = lane >> 2;
-            const bool bf = p.out_dt == DT_BF16;
-            char* ot = sm + ((cb + c) % NST) * GTLay::STAGE + GTLay::Q;
+        }
+        fence_proxy_async();
+        nbar_sync(1, 128);
+        // (thread 0 stores; every thread commits and, in `finish`, waits: empty groups where it
+        // issued nothing)
+        tma_store_2d_if(threadIdx.x == 0, tm.o, ot, hv * VD + v0, (int)bos + c * CH);
+        bulk_commit();
+    };
+    auto finish = [&](int c) {
+        const int L = imin(CH, len - c * CH);
+        if (o16 && L == CH) bulk_wait_read();
+        const i64 pos = (i64)(c + 1) * CH;
+        if (L == CH && p.ck_every > 0 && pos % p.ck_every == 0) {
+            const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
+            store_state_r(p, accS, p.checkpoints, p.s_out_dt, slot, vw);
+        }
+        mbar_arrive(empty + c % NST);  // the stage may be refilled (thread 0 after its store read it)
+    };
+    for (int c = 0; c < nch; ++c) {
+        mbar_wait(bars + c % NST, (c / NST) & 1);
+        char* st = sm + (c % NST) * GTLay::STAGE;
+        const u32 sb = smem_addr(st);
+        const int L = imin(CH, len - c * CH);
+        if (L < CH) {
+            // the last chunk of the sequence: rows [L, 64) of the k boxes and the v tile
+            const int units = (CH - L) * 8;  // 16-byte units a box (rows of 128 bytes)
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const float x = accO[nt][2 * hh], y = accO[nt][2 * hh + 1];
-                    const u32 wd = movm_t(bf ? pack_bf16x2(x, y) : pack_f16x2(x, y));
-                    *(u32*)(ot + (8 * nt + g) * 128 + (((2 * warp + hh) ^ g) << 4) + 4 * q) = wd;
-                }
+            for (int b = 0; b <= NB; ++b) {
+                uint4* box = (uint4*)(st + (b < NB ? GTLay::K + b * 8192 : GTLay::V) + L * 128);
+                for (int u = threadIdx.x; u < units; u += 128) box[u] = make_uint4(0u, 0u, 0u, 0u);
             }
             fence_proxy_async();
             nbar_sync(1, 128);
-            // (thread 0 stores; every thread commits and, in `finish`, waits: empty groups where it
-            // issued nothing)
-            tma_store_2d_if(threadIdx.x == 0, tm.o, ot, rec[1] * VD + rec[0], rec[3] + c * CH);
-            bulk_commit();
-        };
-        auto finish = [&](int c) {
-            const int L = imin(CH, rec[4] - c * CH);
-            if (o16 && L == CH) bulk_wait_read();
-            const i64 pos = (i64)(c + 1) * CH;
-            if (L == CH && p.ck_every > 0 && pos % p.ck_every == 0) {
-                const i64 slot = ((i64)p.ck_offsets[rec[2]] + pos / p.ck_every - 1) * p.HV + rec[1];
-                store_state_r(p, accS, p.checkpoints, p.s_out_dt, slot, rec[0] + 16 * warp);
-            }
-            mbar_arrive(empty + (cb + c) % NST);  // the stage may be refilled (thread 0 after its store read it)
-        };
-        for (int c = 0; c < nch; ++c) {
-            const int gc = cb + c;
-            mbar_wait(bars + gc % NST, (gc / NST) & 1);
-            char* st = sm + (gc % NST) * GTLay::STAGE;
-            const u32 sb = smem_addr(st);
-            const int L = imin(CH, rec[4] - c * CH);
-            if (L < CH) {
-                // the last chunk of the sequence: rows [L, 64) of the k boxes and the v tile
-                const int units = (CH - L) * 8;  // 16-byte units a box (rows of 128 bytes)
+        }
+        // group 1: Y = Sᵀ Kᵀ -> accW; Uᵀ = Vᵀ T_uᵀ -> accV
+        wg_fence();
 #pragma unroll
-                for (int b = 0; b <= NB; ++b) {
-                    uint4* box = (uint4*)(st + (b < NB ? GTLay::K + b * 8192 : GTLay::V) + L * 128);
-                    for (int u = threadIdx.x; u < units; u += 128) box[u] = make_uint4(0u, 0u, 0u, 0u);
-                }
-                fence_proxy_async();
-                nbar_sync(1, 128);
-            }
-            // group 1: Y = Sᵀ Kᵀ -> accW; Uᵀ = Vᵀ T_uᵀ -> accV
-            wg_fence();
+        for (int ks = 0; ks < KD / 16; ++ks)
+            wgmma_n64<0>(accW, sf[ks], desc_sw128(sb + GTLay::K + (ks >> 2) * 8192 + 32 * (ks & 3), 16, 1024), ks > 0);
 #pragma unroll
-            for (int ks = 0; ks < KD / 16; ++ks)
-                wgmma_n64<0>(accW, sf[ks], desc_sw128(sb + GTLay::K + (ks >> 2) * 8192 + 32 * (ks & 3), 16, 1024), ks > 0);
+        for (int kt = 0; kt < 4; ++kt)
+            wgmma_n64_ss<1, 0>(accV, desc_sw128(sb + GTLay::V + 2048 * kt, 8192, 1024),
+                               desc_sw128(sb + GTLay::TU + 32 * kt, 16, 1024), kt > 0);
+        if (!TU_HI_ONLY) {
 #pragma unroll
             for (int kt = 0; kt < 4; ++kt)
                 wgmma_n64_ss<1, 0>(accV, desc_sw128(sb + GTLay::V + 2048 * kt, 8192, 1024),
-                                   desc_sw128(sb + GTLay::TU + 32 * kt, 16, 1024), kt > 0);
-            if (!TU_HI_ONLY) {
-#pragma unroll
-                for (int kt = 0; kt < 4; ++kt)
-                    wgmma_n64_ss<1, 0>(accV, desc_sw128(sb + GTLay::V + 2048 * kt, 8192, 1024),
-                                       desc_sw128(sb + GTLay::TUL + 32 * kt, 16, 1024), 1);
-            }
-            wg_commit();
-            if (c > 0) finish(c - 1);
-            wg_wait<0>();
-            wg_fence_acc(accW);
-            wg_fence_acc(accV);
-            // group 2: V_newᵀ = Uᵀ - Y T_wᵀ (A = bf16(-Y), one fragment per 16-token step); group 3:
-            // Sᵀ Qᵀ -> accO, issued after it (accW is dead by then: one accumulator fewer in flight,
-            // no spills), running while V_new is packed
-            uint4 ay[4];
-#pragma unroll
-            for (int kt = 0; kt < 4; ++kt)
-                ay[kt] = make_uint4(pack_mma(-accW[2 * kt][0], -accW[2 * kt][1]), pack_mma(-accW[2 * kt][2], -accW[2 * kt][3]),
-                                    pack_mma(-accW[2 * kt + 1][0], -accW[2 * kt + 1][1]),
-                                    pack_mma(-accW[2 * kt + 1][2], -accW[2 * kt + 1][3]));
-            wg_fence();
-#pragma unroll
-            for (int kt = 0; kt < 4; ++kt) wgmma_n64<0>(accV, ay[kt], desc_sw128(sb + GTLay::TW + 32 * kt, 16, 1024), 1);
-            wg_commit();
-#pragma unroll
-            for (int ks = 0; ks < KD / 16; ++ks)
-                wgmma_n64<0>(accO, sf[ks], desc_sw128(sb + GTLay::Q + (ks >> 2) * 8192 + 32 * (ks & 3), 16, 1024), ks > 0);
-            wg_commit();
-            wg_wait<1>();  // group 2 done
-            wg_fence_acc(accV);
-            const float* F = (const float*)(st + GTLay::FAC);
-            // V_newᵀ as bf16 A fragments: av for oᵀ, ak = V_newᵀ diag(FK) for the update
-            uint4 av[4], ak[4];
-#pragma unroll
-            for (int kt = 0; kt < 4; ++kt) {
-                const float2 f0 = *(const float2*)(F + CH + 16 * kt + 2 * q);
-                const float2 f1 = *(const float2*)(F + CH + 16 * kt + 8 + 2 * q);
-                const float(&a)[4] = accV[2 * kt];
-                const float(&b)[4] = accV[2 * kt + 1];
-                av[kt] = make_uint4(pack_mma(a[0], a[1]), pack_mma(a[2], a[3]), pack_mma(b[0], b[1]), pack_mma(b[2], b[3]));
-                ak[kt] = make_uint4(pack_mma(a[0] * f0.x, a[1] * f0.y), pack_mma(a[2] * f0.x, a[3] * f0.y),
-                                    pack_mma(b[0] * f1.x, b[1] * f1.y), pack_mma(b[2] * f1.x, b[3] * f1.y));
-            }
-            const float gl = F[2 * CH];
-#pragma unroll
-            for (int nt = 0; nt < KD / 8; ++nt) {
-                accS[nt][0] *= gl;
-                accS[nt][1] *= gl;
-                accS[nt][2] *= gl;
-                accS[nt][3] *= gl;
-            }
-            wg_wait<0>();  // group 3 done
-            wg_fence_acc(accO);
-            // (q̃·S)ᵀ: column t of accO times FQ[t]
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-                const float2 f = *(const float2*)(F + 8 * nt + 2 * q);
-                accO[nt][0] *= f.x;
-                accO[nt][1] *= f.y;
-                accO[nt][2] *= f.x;
-                accO[nt][3] *= f.y;
-            }
-            // group 4: the update (B = raw k rows, N-major across the NB boxes) and oᵀ += V_newᵀ Pᵀ
-            wg_fence();
-#pragma unroll
-            for (int kt = 0; kt < 4; ++kt) wgmma_nk<1>(accS, ak[kt], desc_sw128(sb + GTLay::K + 2048 * kt, 8192, 1024), 1);
-#pragma unroll
-            for (int kt = 0; kt < 4; ++kt) wgmma_n64<0>(accO, av[kt], desc_sw128(sb + GTLay::P + 32 * kt, 16, 1024), 1);
-            wg_commit();
-            wg_wait<0>();
-            wg_fence_acc(accS);
-            wg_fence_acc(accO);
-            stage_o(c);
-#pragma unroll
-            for (int ks = 0; ks < KD / 16; ++ks) sf[ks] = s_frag(accS, ks);
+                                   desc_sw128(sb + GTLay::TUL + 32 * kt, 16, 1024), 1);
         }
-        if (nch > 0) finish(nch - 1);  // (waits until the last o store has read shared memory; its
-                                       // global writes complete with the grid, as CUTLASS's TMA epilogues rely on)
-        const i64 row = final_row(p, rec[2]);
-        if (row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + rec[1], rec[0] + 16 * warp);
-        cb += nch;
+        wg_commit();
+        if (c > 0) finish(c - 1);
+        wg_wait<0>();
+        wg_fence_acc(accW);
+        wg_fence_acc(accV);
+        // group 2: V_newᵀ = Uᵀ - Y T_wᵀ (A = bf16(-Y), one fragment per 16-token step); group 3:
+        // Sᵀ Qᵀ -> accO, issued after it (accW is dead by then: one accumulator fewer in flight,
+        // no spills), running while V_new is packed
+        uint4 ay[4];
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt)
+            ay[kt] = make_uint4(pack_mma(-accW[2 * kt][0], -accW[2 * kt][1]), pack_mma(-accW[2 * kt][2], -accW[2 * kt][3]),
+                                pack_mma(-accW[2 * kt + 1][0], -accW[2 * kt + 1][1]),
+                                pack_mma(-accW[2 * kt + 1][2], -accW[2 * kt + 1][3]));
+        wg_fence();
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) wgmma_n64<0>(accV, ay[kt], desc_sw128(sb + GTLay::TW + 32 * kt, 16, 1024), 1);
+        wg_commit();
+#pragma unroll
+        for (int ks = 0; ks < KD / 16; ++ks)
+            wgmma_n64<0>(accO, sf[ks], desc_sw128(sb + GTLay::Q + (ks >> 2) * 8192 + 32 * (ks & 3), 16, 1024), ks > 0);
+        wg_commit();
+        wg_wait<1>();  // group 2 done
+        wg_fence_acc(accV);
+        const float* F = (const float*)(st + GTLay::FAC);
+        // V_newᵀ as bf16 A fragments: av for oᵀ, ak = V_newᵀ diag(FK) for the update
+        uint4 av[4], ak[4];
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {
+            const float2 f0 = *(const float2*)(F + CH + 16 * kt + 2 * q);
+            const float2 f1 = *(const float2*)(F + CH + 16 * kt + 8 + 2 * q);
+            const float(&a)[4] = accV[2 * kt];
+            const float(&b)[4] = accV[2 * kt + 1];
+            av[kt] = make_uint4(pack_mma(a[0], a[1]), pack_mma(a[2], a[3]), pack_mma(b[0], b[1]), pack_mma(b[2], b[3]));
+            ak[kt] = make_uint4(pack_mma(a[0] * f0.x, a[1] * f0.y), pack_mma(a[2] * f0.x, a[3] * f0.y),
+                                pack_mma(b[0] * f1.x, b[1] * f1.y), pack_mma(b[2] * f1.x, b[3] * f1.y));
+        }
+        const float gl = F[2 * CH];
+#pragma unroll
+        for (int nt = 0; nt < KD / 8; ++nt) {
+            accS[nt][0] *= gl;
+            accS[nt][1] *= gl;
+            accS[nt][2] *= gl;
+            accS[nt][3] *= gl;
+        }
+        wg_wait<0>();  // group 3 done
+        wg_fence_acc(accO);
+        // (q̃·S)ᵀ: column t of accO times FQ[t]
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            const float2 f = *(const float2*)(F + 8 * nt + 2 * q);
+            accO[nt][0] *= f.x;
+            accO[nt][1] *= f.y;
+            accO[nt][2] *= f.x;
+            accO[nt][3] *= f.y;
+        }
+        // group 4: the update (B = raw k rows, N-major across the NB boxes) and oᵀ += V_newᵀ Pᵀ
+        wg_fence();
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) wgmma_nk<1>(accS, ak[kt], desc_sw128(sb + GTLay::K + 2048 * kt, 8192, 1024), 1);
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) wgmma_n64<0>(accO, av[kt], desc_sw128(sb + GTLay::P + 32 * kt, 16, 1024), 1);
+        wg_commit();
+        wg_wait<0>();
+        wg_fence_acc(accS);
+        wg_fence_acc(accO);
+        stage_o(c);
+#pragma unroll
+        for (int ks = 0; ks < KD / 16; ++ks) sf[ks] = s_frag(accS, ks);
     }
+    if (nch > 0) finish(nch - 1);  // (waits until the last o store has read shared memory; its
+                                   // global writes complete with the grid, as CUTLASS's TMA epilogues rely on)
+    const i64 row = final_row(p, n);
+    if (row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
 }
 #endif  // HAS_STATE_WG
 

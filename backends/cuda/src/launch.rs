@@ -78,7 +78,7 @@ pub struct Params {
     pub ov_tau: i32,
     pub ov_free: i32,
     pub ov_trace: i32,
-    pub st_items: i32,
+    pub ov_pad: i32,
 }
 
 const _: () = assert!(std::mem::size_of::<Params>() == 256);

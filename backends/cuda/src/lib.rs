@@ -68,9 +68,6 @@ pub struct CudaBackend {
     /// `DELTARULE_CUDA_OVERLAP_TRACE=1`: the overlapped pair's kernels print a timeline (device
     /// printf; diagnosis only).
     overlap_trace: bool,
-    /// Items a CTA of the T-form state pass (`DELTARULE_CUDA_STATE_RUN=1..64`, read once;
-    /// benchmarks; else [`state_run`]).
-    state_run: Option<usize>,
 }
 
 fn unavailable(reason: impl Into<String>) -> Error {
@@ -144,10 +141,6 @@ impl CudaBackend {
             overlap: std::env::var("DELTARULE_CUDA_OVERLAP")
                 .map_or(OverlapSetting::Auto, |s| OverlapSetting::parse(&s)),
             overlap_trace: std::env::var("DELTARULE_CUDA_OVERLAP_TRACE").is_ok_and(|s| s == "1"),
-            state_run: std::env::var("DELTARULE_CUDA_STATE_RUN")
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .filter(|r| (1..=64).contains(r)),
         })
     }
 
@@ -416,27 +409,7 @@ impl CudaBackend {
                             )
                         };
                         let name = format!("{state}{suffix}");
-                        let tiles = (p.v / 64) as u32;
-                        let grid = if pass == StatePass::Wg {
-                            (tiles, hv, n)
-                        } else {
-                            // (V tile, head, sequence) items in runs of `run` a CTA
-                            let items = p.v / 64 * p.hv * p.seqs;
-                            let run = match ov {
-                                Some(_) => 1,
-                                None => self.state_run.unwrap_or_else(|| {
-                                    state_run(items, table_rows_per_seq(p), sms)
-                                }),
-                            };
-                            prm.st_items = i32::try_from(items).map_err(|_| {
-                                Error::invalid(
-                                    "shape",
-                                    "at most 2^31 state items",
-                                    items.to_string(),
-                                )
-                            })?;
-                            (items.div_ceil(run) as u32, 1, 1)
-                        };
+                        let grid = ((p.v / 64) as u32, hv, n);
                         let (threads, smem) = (main.sizes[at + 1] as u32, main.sizes[at] as u32);
                         let pdl = ov.is_some();
                         launch_one(
@@ -663,35 +636,6 @@ fn state_pass(p: &Problem, sms: usize, forced: Option<StatePass>, have: Variants
             bv => StatePass::Mma(bv),
         },
     }
-}
-
-/// Chunks per sequence on average (chunk-table rows over sequences; the host does not see the
-/// lengths themselves, which stay on the device).
-fn table_rows_per_seq(p: &Problem) -> f64 {
-    launch::table_rows(p) as f64 / p.seqs.max(1) as f64
-}
-
-/// Items (V tile, value head, sequence) a CTA of the T-form state pass takes in a row
-/// (`kernels/prefill.cuh`, smallbh_state_wgt). One CTA fits an SM (225 KB of shared memory, 160
-/// x 255 registers), and a CTA alone is latency-bound on short sequences: the initial state's
-/// loads, the stage's copies and the chain of products one after the other. In a run of items
-/// the next item's copies and initial state (to L2) are fetched while the current one computes.
-/// A model picks the run, from 1 to 8, that minimises waves x (`FIXED` + run x item), item =
-/// `PER_CHUNK` x chunks + `PER_ITEM` (us, from the H200 timings of session 11); at most 8 so
-/// that a varlen batch's few long sequences still spread over the SMs by the hardware's block
-/// scheduling (a run holding a long item only carries a few short ones more).
-fn state_run(items: usize, chunks_per_seq: f64, sms: usize) -> usize {
-    const FIXED: f64 = 3.0;
-    const PER_CHUNK: f64 = 1.4;
-    const PER_ITEM: f64 = 1.0;
-    let item = PER_CHUNK * chunks_per_seq.max(1.0) + PER_ITEM;
-    let cost = |run: usize| {
-        let waves = items.div_ceil(run).div_ceil(sms.max(1));
-        waves as f64 * (FIXED + run as f64 * item)
-    };
-    (1..=8usize)
-        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
-        .unwrap_or(1)
 }
 
 /// The T-form pass stores a 16-bit o by TMA, whose global address must be 16-byte aligned (q, k
@@ -1204,8 +1148,8 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::{
-        check_ptrs, overlap_plan, state_pass, state_run, state_tile, Overlap, OverlapSetting,
-        StatePass, Variants,
+        check_ptrs, overlap_plan, state_pass, state_tile, Overlap, OverlapSetting, StatePass,
+        Variants,
     };
     use crate::launch::DevicePtrs;
     use deltarule_core::{Error, Mode, Op, Problem};
@@ -1237,19 +1181,6 @@ mod tests {
         assert_eq!(pass(&prefill(1, 16, 32), mma(16)), StatePass::Mma(16));
         assert_eq!(pass(&prefill(1, 4, 8), mma(32)), StatePass::Mma(32));
         assert_eq!(pass(&prefill(1, 16, 32), mma(64)), StatePass::Mma(64));
-    }
-
-    #[test]
-    fn t_form_state_runs_are_long_only_where_the_items_are_short_and_many() {
-        // gdn 16/32 256x64: 16 Ki one-chunk items -> runs of 8 (2,048 CTAs)
-        assert_eq!(state_run(16384, 1.0, 132), 8);
-        // 16x1024: 1,024 items of 16 chunks -> one wave of 128 CTAs instead of 7.8 waves
-        assert_eq!(state_run(1024, 16.0, 132), 8);
-        // 1x8192 (overlap off): 64 items fit one wave -> one item a CTA
-        assert_eq!(state_run(64, 128.0, 132), 1);
-        assert_eq!(state_run(132, 2.0, 132), 1);
-        // no SMs reported, no items: still a valid run
-        assert_eq!(state_run(0, 0.0, 0), 1);
     }
 
     #[test]
