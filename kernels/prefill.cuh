@@ -1264,7 +1264,14 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                 ldv<DT, 4>(p.v, ((i64)(t0 + imin(i, L - 1)) * p.HV + hv) * VD + e, x[m]);
             }
             if constexpr (!KDA) {
-                if (half == 0) gdn_xqk();
+                if (half == 0) {
+                    gdn_xqk();
+                    // The V tile's last rows overlap Tmp (VBT + 64 VP 2 > TMP), whose factors
+                    // gdn_xqk reads: every thread must be past them before any V row is stored.
+                    // (Session 11: without this barrier, racecheck reported WAR hazards and gdn
+                    // 4/8 o was wrong by up to 4e-2 through the W/U passes, a moving error.)
+                    __syncthreads();
+                }
             }
 #pragma unroll
             for (int m = 0; m < M; ++m) {
