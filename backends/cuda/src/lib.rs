@@ -331,7 +331,13 @@ impl CudaBackend {
                 wg: main.sizes[9] > 0,
                 wgt: main.sizes[11] > 0 && o_fits_tma(p, t.o),
             };
-            let pass = state_pass(p, sms, self.state_bv, have);
+            let pass = state_pass(
+                p,
+                sms,
+                self.state_bv,
+                have,
+                self.overlap != OverlapSetting::Off,
+            );
             let ov = overlap_plan(p, sms, pass, self.overlap);
             if let Some(o) = ov {
                 prm.sync = base + layout.sync as u64;
@@ -623,13 +629,25 @@ impl StatePass {
 /// 0.907 (32 col.), kda 64/64 1x8192 1.117 / 1.210.)
 ///
 /// Where the wgmma pass is picked, the T-form replaces it when it applies ([`t_form_applies`]).
-fn state_pass(p: &Problem, sms: usize, forced: Option<StatePass>, have: Variants) -> StatePass {
+/// Where the 16-column tiles are picked, the T-form pair replaces them too when it may overlap
+/// (`overlap`: the setting is not off; [`overlap_plan`] then always applies, its state pass
+/// having at most a quarter of the SMs' worth of CTAs): its few state CTAs run on SMs freed at
+/// once while the intra work runs on the rest. (H200, session 11, bench/h200_s11b.sh: gdn 4/8
+/// 1x8192 0.213 ms with the 16-column pass.)
+fn state_pass(
+    p: &Problem,
+    sms: usize,
+    forced: Option<StatePass>,
+    have: Variants,
+    overlap: bool,
+) -> StatePass {
     let wgt = have.wgt && t_form_applies(p);
     match forced {
         Some(StatePass::Mma(bv)) => StatePass::Mma(bv),
         Some(StatePass::Wg) if have.wg => StatePass::Wg,
         Some(StatePass::WgT) if wgt => StatePass::WgT,
         _ => match state_tile(p, sms) {
+            16 if wgt && overlap => StatePass::WgT,
             16 => StatePass::Mma(16),
             _ if wgt => StatePass::WgT,
             _ if have.wg => StatePass::Wg,
@@ -1177,7 +1195,7 @@ mod tests {
         assert_eq!(state_tile(&kda(200, 32), 132), 32);
         // a forced width wins either way
         let mma = |bv| Some(StatePass::Mma(bv));
-        let pass = |p: &Problem, f| state_pass(p, 132, f, NONE);
+        let pass = |p: &Problem, f| state_pass(p, 132, f, NONE, true);
         assert_eq!(pass(&prefill(1, 16, 32), mma(16)), StatePass::Mma(16));
         assert_eq!(pass(&prefill(1, 4, 8), mma(32)), StatePass::Mma(32));
         assert_eq!(pass(&prefill(1, 16, 32), mma(64)), StatePass::Mma(64));
@@ -1242,20 +1260,23 @@ mod tests {
     #[test]
     fn the_wgmma_state_pass_wherever_the_module_has_it_unless_a_tile_is_forced() {
         let p = prefill(1, 16, 32);
-        assert_eq!(state_pass(&p, 132, None, WG), StatePass::Wg);
-        assert_eq!(state_pass(&p, 132, None, NONE), StatePass::Mma(32));
-        // few pairs (gdn 4/8): the 16-column mma.sync tiles, even where the wgmma pass exists
+        assert_eq!(state_pass(&p, 132, None, WG, true), StatePass::Wg);
+        assert_eq!(state_pass(&p, 132, None, NONE, true), StatePass::Mma(32));
+        // few pairs (gdn 4/8): the 16-column mma.sync tiles, even where the wgmma pass exists,
+        // unless the T-form pair may overlap
         let few = prefill(1, 4, 8);
-        assert_eq!(state_pass(&few, 132, None, BOTH), StatePass::Mma(16));
+        assert_eq!(state_pass(&few, 132, None, WG, true), StatePass::Mma(16));
+        assert_eq!(state_pass(&few, 132, None, BOTH, false), StatePass::Mma(16));
+        assert_eq!(state_pass(&few, 132, None, BOTH, true), StatePass::WgT);
         assert_eq!(
-            state_pass(&few, 132, Some(StatePass::Wg), WG),
+            state_pass(&few, 132, Some(StatePass::Wg), WG, true),
             StatePass::Wg
         );
         let forced = Some(StatePass::Mma(16));
-        assert_eq!(state_pass(&p, 132, forced, BOTH), StatePass::Mma(16));
+        assert_eq!(state_pass(&p, 132, forced, BOTH, true), StatePass::Mma(16));
         // a forced wgmma pass where the module has none: the automatic mma.sync tile
         let wg = Some(StatePass::Wg);
-        assert_eq!(state_pass(&p, 132, wg, NONE), StatePass::Mma(32));
+        assert_eq!(state_pass(&p, 132, wg, NONE, true), StatePass::Mma(32));
         assert_eq!(StatePass::parse("wg"), wg);
         assert_eq!(StatePass::parse("wgt"), Some(StatePass::WgT));
         assert_eq!(StatePass::parse("64"), Some(StatePass::Mma(64)));
@@ -1265,25 +1286,28 @@ mod tests {
     #[test]
     fn the_t_form_replaces_the_wgmma_pass_for_gdn_with_16_bit_inputs() {
         let p = prefill(1, 16, 32);
-        assert_eq!(state_pass(&p, 132, None, BOTH), StatePass::WgT);
+        assert_eq!(state_pass(&p, 132, None, BOTH, true), StatePass::WgT);
         // forcing the other wgmma pass keeps it (benchmarks compare the two)
         assert_eq!(
-            state_pass(&p, 132, Some(StatePass::Wg), BOTH),
+            state_pass(&p, 132, Some(StatePass::Wg), BOTH, true),
             StatePass::Wg
         );
         // f32 inputs cannot be the pass's 16-bit operands: the W/U block pass
         let mut f32in = prefill(1, 16, 32);
         f32in.qkv_dtype = deltarule_core::DType::F32;
-        assert_eq!(state_pass(&f32in, 132, None, BOTH), StatePass::Wg);
+        assert_eq!(state_pass(&f32in, 132, None, BOTH, true), StatePass::Wg);
         assert_eq!(
-            state_pass(&f32in, 132, Some(StatePass::WgT), BOTH),
+            state_pass(&f32in, 132, Some(StatePass::WgT), BOTH, true),
             StatePass::Wg
         );
         // kda: per-channel decays, no T-form
         let kda = Problem::new(Op::Kda, Mode::Prefill, 1, 8192, 32, 32, 128, 128);
-        assert_eq!(state_pass(&kda, 132, None, BOTH), StatePass::Wg);
+        assert_eq!(state_pass(&kda, 132, None, BOTH, true), StatePass::Wg);
         // a module without it
-        assert_eq!(state_pass(&p, 132, Some(StatePass::WgT), WG), StatePass::Wg);
+        assert_eq!(
+            state_pass(&p, 132, Some(StatePass::WgT), WG, true),
+            StatePass::Wg
+        );
         // a 16-bit o the TMA store cannot address (launch folds this into Variants::wgt); f32 o
         // is stored per thread
         let mut o16 = prefill(1, 16, 32);
