@@ -9,7 +9,7 @@ B=.dev/bin/deltarule
 # memcheck on the sanitizer subset with a timeout of $1 seconds.
 cuda_checks() {
   local san=${1:-150}
-  timeout 120 .dev/bin/cuda_device --test-threads=1 --nocapture > "$OUT/dev.log" 2>&1; echo "device tests rc=$?"
+  timeout ${DEV_TIMEOUT:-120} .dev/bin/cuda_device --test-threads=1 --nocapture > "$OUT/dev.log" 2>&1; echo "device tests rc=$?"
   grep -E " ran, |panicked|FAIL" "$OUT/dev.log" | head -12
   timeout 60 .dev/bin/conformance --test-threads=1 --nocapture cuda:: > "$OUT/conf.log" 2>&1; echo "conformance cuda:: rc=$?"
   grep -E " ran, " "$OUT/conf.log"

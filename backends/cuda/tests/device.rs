@@ -67,26 +67,23 @@ fn sanitizer_subset() {
     }
 }
 
-/// The small-bh conformance again with each wgmma state pass forced: the suite's problems are
-/// small (few sequence x value-head pairs), so `auto` sends them to the 16-column mma.sync pass and
-/// would never run the wgmma passes (`wg`: W/U workspace; `wgt`: the T-form, gdn with 16-bit
+/// The small-bh tests again with each state pass forced: the suite's problems are small (few
+/// sequence x value-head pairs), so `auto` sends gdn with 16-bit inputs to the overlapped T-form
+/// pair and the rest to the 16-column mma.sync pass, and would never run the others (`16`: the
+/// mma.sync pass; `wg`: the wgmma pass over the W/U workspace; `wgt`: the T-form, gdn with 16-bit
 /// inputs; each falls back to the automatic pass where it does not apply). The backend reads
 /// `DELTARULE_CUDA_STATE_BV` once at construction, so each run is this binary again as a child
-/// process with the variable set (no environment changes inside this process).
+/// process with the variable set (no environment changes inside this process); the child runs
+/// every `small_bh_` test (this one returns at once there).
 #[test]
 fn small_bh_conformance_with_each_wgmma_state_pass() {
     if !present() || std::env::var_os("DELTARULE_CUDA_STATE_BV").is_some() {
         return; // (a forced pass already applies to small_bh_conformance itself)
     }
     let exe = std::env::current_exe().expect("the test binary's path");
-    for pass in ["wg", "wgt"] {
+    for pass in ["16", "wg", "wgt"] {
         let out = std::process::Command::new(&exe)
-            .args([
-                "--exact",
-                "small_bh_conformance",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(["small_bh_", "--nocapture", "--test-threads=1"])
             .env("DELTARULE_CUDA_STATE_BV", pass)
             .output()
             .expect("run the test binary");
@@ -103,6 +100,41 @@ fn small_bh_conformance_with_each_wgmma_state_pass() {
             text.contains(" ran, "),
             "no suite ran with the pass forced:\n{text}"
         );
+    }
+}
+
+/// Grouped-value heads (gdn 4/8, K = V = 128) with sequences of up to 3000 tokens, zero-length
+/// ones and a dense initial state, against float64 on small-bh (whichever pass is forced, see
+/// above) and on chunked. Session 11 found a shared-memory race in the W/U intra kernels here
+/// (o wrong by up to 4e-2 through every pass but the T-form; the suite's problems were too
+/// small to show it); racecheck located it.
+#[test]
+fn small_bh_gva_long_sequences() {
+    use deltarule_core::{FinalState, InitialState, Mode, Op, Problem};
+    use deltarule_tests::{cases, diff, generate};
+    if !present() {
+        return;
+    }
+    let lens = [0, 64, 700, 1, 0, 129, 3000];
+    let mut p = Problem::new(
+        Op::Gdn,
+        Mode::Prefill,
+        lens.len(),
+        lens.iter().sum(),
+        4,
+        8,
+        128,
+        128,
+    );
+    p.initial = InitialState::Dense;
+    p.final_state = FinalState::Dense;
+    let case = generate::generate(&p, &lens, 8, generate::DataStyle::default())
+        .expect("generate the problem");
+    let reference = diff::reference_outputs(&case).expect("the float64 reference");
+    for backend in ["cuda:small-bh", "cuda:chunked"] {
+        let check = cases::check_case(suite::engine(), backend, &case, &reference)
+            .unwrap_or_else(|e| panic!("gdn 4/8 long sequences on {backend}: {e}"));
+        println!("gva long sequences on {backend}: {:?}", check.errors);
     }
 }
 
