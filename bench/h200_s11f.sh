@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# bench/h200_s11f.sh: for the next session (not run in session 11: device budget spent): the wgmma W/U pass's stages released by every
+# warpgroup thread (was: lane 0 of each warp after __syncwarp; racecheck flagged WAR hazards on
+# the e^Γlast reads, s11e). Racecheck of that pass forced (kda and gdn), the small-bh tests with
+# it forced, kda anchors timed (s11d's same-tree times: 0.626 / 1.125 ms). Carry: .dev/pack
+# (Needs the kernel change of bench/NOTES.md, session 11: every warpgroup thread arrives on the
+# stage's empty barrier in smallbh_state_wg.)
+set -uo pipefail
+source bench/h200_env.sh
+B=.dev/bin/deltarule
+rc() {  # name, env, backend, problem
+  env $2 timeout 40 compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 3 $B diff $4 --backend $3 > "$OUT/$1.log" 2>&1
+  echo "$1 [$2 $3] rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/$1.log") $(grep -E ' (o|final_state) +f64' "$OUT/$1.log" | awk '{print $4, $6, $NF}' | tr '\n' ' ')"
+  grep -m2 -E "prefill.cuh:[0-9]+" "$OUT/$1.log" | sed 's/.* in //'
+}
+rc kda_wg DELTARULE_CUDA_STATE_BV=wg cuda:small-bh "--op kda --seqlens 0,300,1,700 --heads 4 --v-heads 4 --initial-state dense --seed 9"
+rc gdn_wg DELTARULE_CUDA_STATE_BV=wg cuda:small-bh "--op gdn --seqlens 0,300,1,700 --heads 4 --v-heads 8 --initial-state dense --checkpoint-every 128 --seed 9"
+DELTARULE_CUDA_STATE_BV=wg timeout 60 .dev/bin/cuda_device --test-threads=1 --nocapture small_bh_ > "$OUT/t.log" 2>&1; echo "small-bh tests, wg forced: rc=$?"
+grep -E " ran, |gva long" "$OUT/t.log" | head -6
+timeout 60 $B bench --backend cuda --shape kda-32/32-1x8192 kda-64/64-1x8192 --iters 30 2>&1 | grep -E "^kda" | awk '{print "ours", $1, $4, $5}'
+(cd "$OUT" && tar czf logs_f.tgz *.log 2>/dev/null; rm -f *.log)
