@@ -76,3 +76,12 @@ src_profile() {
   python3 bench/sass_regions.py "$OUT/src_$n.csv" "${2:-12}"
   rm -f "$OUT/$n.ncu-rep"; xz -T8 -f "$OUT/src_$n.csv"
 }
+
+# compute-sanitizer racecheck (shared-memory hazards) of `deltarule diff` on a generated problem:
+# name, an environment assignment (X=1 for none), backend, problem flags; prints the summary, the
+# errors against float64 and the first kernel lines named. Timeout RC_TIMEOUT (35 s). (Session 11.)
+rc() {
+  env $2 timeout ${RC_TIMEOUT:-35} compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 3 $B diff $4 --backend $3 > "$OUT/$1.log" 2>&1
+  echo "$1 [$2 $3] rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/$1.log") $(grep -E ' (o|final_state) +f64' "$OUT/$1.log" | awk '{print $4, $6, $NF}' | tr '\n' ' ')"
+  grep -m2 -E "prefill.cuh:[0-9]+" "$OUT/$1.log" | sed 's/.* in //'
+}

@@ -5,12 +5,7 @@
 # T-form pair without overlap, the kda wgmma pass. Carry: .dev/pack
 set -uo pipefail
 source bench/h200_env.sh
-B=.dev/bin/deltarule
-rc() {  # name, env, backend, problem
-  env $2 timeout 35 compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 3 $B diff $4 --backend $3 > "$OUT/$1.log" 2>&1
-  echo "$1 [$2 $3] rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/$1.log") $(grep -E ' (o|final_state) +f64' "$OUT/$1.log" | awk '{print $4, $6, $NF}' | tr '\n' ' ')"
-  grep -m2 -E "prefill.cuh:[0-9]+" "$OUT/$1.log" | sed 's/.* in //'
-}
+source bench/h200_lib.sh  # (rc: racecheck; the helper moved there after this call ran)
 K1="--op kda --seqlens 0,700,1,2000 --heads 4 --v-heads 4 --initial-state dense --seed 9"
 G1="--op gdn --seqlens 0,700,1,2000 --heads 4 --v-heads 8 --initial-state dense --checkpoint-every 128 --seed 9"
 G2="--op gdn --seqlens 1000,900 --heads 16 --v-heads 32 --initial-state dense --seed 9"

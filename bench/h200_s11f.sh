@@ -7,12 +7,8 @@
 # stage's empty barrier in smallbh_state_wg.)
 set -uo pipefail
 source bench/h200_env.sh
-B=.dev/bin/deltarule
-rc() {  # name, env, backend, problem
-  env $2 timeout 40 compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 3 $B diff $4 --backend $3 > "$OUT/$1.log" 2>&1
-  echo "$1 [$2 $3] rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/$1.log") $(grep -E ' (o|final_state) +f64' "$OUT/$1.log" | awk '{print $4, $6, $NF}' | tr '\n' ' ')"
-  grep -m2 -E "prefill.cuh:[0-9]+" "$OUT/$1.log" | sed 's/.* in //'
-}
+source bench/h200_lib.sh  # (rc: racecheck)
+RC_TIMEOUT=40
 rc kda_wg DELTARULE_CUDA_STATE_BV=wg cuda:small-bh "--op kda --seqlens 0,300,1,700 --heads 4 --v-heads 4 --initial-state dense --seed 9"
 rc gdn_wg DELTARULE_CUDA_STATE_BV=wg cuda:small-bh "--op gdn --seqlens 0,300,1,700 --heads 4 --v-heads 8 --initial-state dense --checkpoint-every 128 --seed 9"
 DELTARULE_CUDA_STATE_BV=wg timeout 60 .dev/bin/cuda_device --test-threads=1 --nocapture small_bh_ > "$OUT/t.log" 2>&1; echo "small-bh tests, wg forced: rc=$?"
