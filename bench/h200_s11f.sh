@@ -4,7 +4,10 @@
 # the e^Γlast reads, s11e). Racecheck of that pass forced (kda and gdn), the small-bh tests with
 # it forced, kda anchors timed (s11d's same-tree times: 0.626 / 1.125 ms). Carry: .dev/pack
 # (Needs the kernel change of bench/NOTES.md, session 11: every warpgroup thread arrives on the
-# stage's empty barrier in smallbh_state_wg.)
+# stage's empty barrier in smallbh_state_wg. It is bench/patches/s11f-wg-release.patch: `git apply`
+# it here, build .dev/pack as bench/h200_cuda.sh's header says, run this, then commit the change
+# or revert it. Session 12 checked it with ptxas -v through NVRTC, sm_90a, K = V = 128: spills
+# unchanged, kda_prefill_statewg 292 bytes and gdn_prefill_statewg 320 bytes before and after.)
 set -uo pipefail
 source bench/h200_env.sh
 source bench/h200_lib.sh  # (rc: racecheck)
