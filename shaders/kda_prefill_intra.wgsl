@@ -26,6 +26,17 @@
 // with them), multiplied by the packed triangular T with a 4 x 4 block per invocation
 // (intra.wgsl); s_x is a vec4 array (816 vec4s, same bytes) read through x_get / x_set.
 //
+// v4 (session 12): step 2 through 16-token reference points (SPEC.md section 5's factoring, as the
+// CUDA kda intra kernel does it): per 16-channel slice the rows are staged once as
+// KT_i = k_i e^(Γ_i − Γ_n(i)), QT_i = q_i e^(Γ_i − Γ_n(i)) (n(i) = the first row of i's 16-row
+// block) and KH_j^n = k_j e^(Γ_n − Γ_j) for n = 16, 32, 48 and j < n, so the six 16 x 16 blocks
+// below the diagonal are plain products (no exponential inside); only the four diagonal blocks
+// keep the exponential per element. Every exponent is still Γ_later − Γ_earlier. Warps 0-2 take
+// the 96 4 x 4 blocks below the diagonal, warps 3-7 the 160 1 x 4 row pieces of the diagonal
+// blocks (about the same instructions a step each), where v3 ran the 136 4 x 4 blocks on or
+// below the diagonal with 16 exponentials a step each and half the lanes of most warps idle.
+// STEP2_REF = 0 (`DELTARULE_WGPU_KDA_STEP2=0`) keeps v3's step 2 for comparison.
+//
 // SAFETY (unchecked module): every storage index below is < the buffer length the host sized:
 // token t = t0 + i with i < L and t0 + L <= T (chunk table built from validated cu_seqlens); loads
 // outside the chunk or the head dims read row t0 (L >= 1), channel 0 instead and are zeroed;
@@ -33,12 +44,18 @@
 // it, at channel min(d, K - 1)); workspace slots (c * hvb + z) with c < chunks, z < hvb, Γ rows
 // m < 64 and channels < K. Workgroup arrays are indexed by i, j < 64, dd < 16 (tile) and m < 64
 // within their declared sizes (the Γ scan's copy in s_at: rows < 64 of stride 17, < 1088 of its
-// 4160 floats, written after the tile's first barrier and read before its second).
+// 4160 floats, written after the tile's first barrier and read before its third; v4's staged
+// rows, channel-major with the rows as vec4s: KH vec4 272 + 24 dd + h / 4 < 656 of s_at (h < 96),
+// KT vec4 680 + 12 dd + (i − 16) / 4 < 872 of s_at's 1040 and QT vec4 544 + 12 dd + (i − 16) / 4 <
+// 736 of s_x's 816 (16 <= i < 64, dd < 16), written after the second barrier and read before the
+// third; the raw gate tile under QT is dead after the scan).
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
 // Diagnosis only (DELTARULE_WGPU_PROBE): declared for the shared pipeline keys; unused here.
 override PROBE: u32 = 0u;
+// 1: step 2 through reference points (v4); 0: v3's per-element exponentials (for comparison).
+override STEP2_REF: u32 = 1u;
 
 // bindings 0-6 (prm, aux, q, k, v, g, beta), the dtype overrides and the input loaders come from
 // inputs.wgsl; bindings 7-8 (wsa, wsu), s_at, the T solve and the W/U writer from intra.wgsl.
@@ -155,6 +172,71 @@ fn gsum16(acc: f32, start: u32, ch: u32) -> f32 {
 fn row4(base: u32, r0: u32, dd: u32) -> vec4<f32> {
     return vec4<f32>(x_get(base + r0 * TS + dd), x_get(base + (r0 + 1u) * TS + dd),
         x_get(base + (r0 + 2u) * TS + dd), x_get(base + (r0 + 3u) * TS + dd));
+}
+
+// v4's staged rows, channel-major [16][rows] so that four rows are one vec4 (vec4 offsets; KH
+// and KT in s_at, QT in s_x, see SAFETY above): KH [16][96], KT and QT [16][48] (rows 16..63).
+const KHB: u32 = 272u;
+const KTB: u32 = 680u;
+const QTB: u32 = 544u;
+
+// First KH row of reference n = 16 nb (nb = 1, 2, 3): rows j < n of each reference, in order.
+fn kh_base(nb: u32) -> u32 {
+    return 8u * nb * (nb - 1u);
+}
+
+// Stages KT, QT (rows 16..63) and KH (references 16, 32, 48) of the current 16-channel slice
+// from the raw k / q tiles (s_x) and the Γ scan (s_at); 9 exponentials per invocation. Lanes run
+// along the rows (the staged rows are contiguous, the tiles' rows 17 floats apart).
+fn stage_ref(tid: u32) {
+    for (var m = 0u; m < 3u; m++) {
+        let c = tid + 256u * m;
+        let ch = c / 48u;
+        let i = 16u + c % 48u;
+        let e = exp(at_get(i * TS + ch) - at_get((i & ~15u) * TS + ch));
+        at_set(4u * KTB + ch * 48u + i - 16u, x_get(i * TS + ch) * e);
+        x_set(4u * QTB + ch * 48u + i - 16u, x_get(1088u + i * TS + ch) * e);
+    }
+    for (var m = 0u; m < 6u; m++) {
+        let c = tid + 256u * m;
+        let ch = c / 96u;
+        let hh = c % 96u;
+        let nb = select(select(3u, 2u, hh < 48u), 1u, hh < 16u);
+        let j = hh - kh_base(nb);
+        let e = exp(at_get(16u * nb * TS + ch) - at_get(j * TS + ch));
+        at_set(4u * KHB + ch * 96u + hh, x_get(j * TS + ch) * e);
+    }
+}
+
+// v4's diagonal-block piece of invocation u = tid − 96 (< 160): row 16 bi + r and columns
+// 16 bi + 4 cb .. + 3 with cb <= r / 4 (40 pieces per block), as vec2(row, first column).
+fn diag_piece(u: u32) -> vec2<u32> {
+    let bi = u / 40u;
+    let w = u % 40u;
+    var r = w;
+    var cb = 0u;
+    if (w >= 24u) {
+        r = 12u + (w - 24u) / 4u;
+        cb = (w - 24u) % 4u;
+    } else if (w >= 12u) {
+        r = 8u + (w - 12u) / 3u;
+        cb = (w - 12u) % 3u;
+    } else if (w >= 4u) {
+        r = 4u + (w - 4u) / 2u;
+        cb = (w - 4u) % 2u;
+    }
+    return vec2<u32>(16u * bi + r, 16u * bi + 4u * cb);
+}
+
+// v4's block below the diagonal of invocation tid (< 96): block pair (bi, bj), bj < bi, in the
+// order (1,0) (2,0) (2,1) (3,0) (3,1) (3,2); rows 16 bi + 4 (sub / 4) .., columns 16 bj +
+// 4 (sub % 4) ..; as vec3(bi, first row, first column).
+fn off_block(tid: u32) -> vec3<u32> {
+    let pr = tid / 16u;
+    let sub = tid % 16u;
+    let bi = 1u + select(0u, 1u, pr >= 1u) + select(0u, 1u, pr >= 3u);
+    let bj = pr - bi * (bi - 1u) / 2u;
+    return vec3<u32>(bi, 16u * bi + 4u * (sub / 4u), 16u * bj + 4u * (sub % 4u));
 }
 
 @compute @workgroup_size(256)
@@ -300,7 +382,42 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             wsa[base_gam + (li + 48u) * K + d] = gp3;
         }
         workgroupBarrier();
-        if (tx <= ty) {
+        if (STEP2_REF == 1u) {
+            stage_ref(tid);
+            workgroupBarrier();
+            if (tid < 96u) {
+                // below the diagonal: KT KHᵀ and QT KHᵀ, no exponential
+                let ob = off_block(tid);
+                let ra = KTB + (ob.y - 16u) / 4u;
+                let rh = KHB + (kh_base(ob.x) + ob.z) / 4u;
+                for (var dd = 0u; dd < 16u; dd++) {
+                    let ka = s_at[ra + 12u * dd];
+                    let qa = s_x[QTB + (ob.y - 16u) / 4u + 12u * dd];
+                    let kh = s_at[rh + 24u * dd];
+                    kk0 += ka.x * kh;
+                    kk1 += ka.y * kh;
+                    kk2 += ka.z * kh;
+                    kk3 += ka.w * kh;
+                    qk0 += qa.x * kh;
+                    qk1 += qa.y * kh;
+                    qk2 += qa.z * kh;
+                    qk3 += qa.w * kh;
+                }
+            } else {
+                // a diagonal block's row piece: the exponential per element
+                let pc = diag_piece(tid - 96u);
+                for (var dd = 0u; dd < 16u; dd++) {
+                    let ki = x_get(pc.x * TS + dd);
+                    let qi = x_get(1088u + pc.x * TS + dd);
+                    let gi = at_get(pc.x * TS + dd);
+                    let kj = row4(0u, pc.y, dd);
+                    let gj = gam4(pc.y, dd);
+                    let b = kj * exp(min(vec4<f32>(gi) - gj, vec4<f32>(0.0)));
+                    kk0 += ki * b;
+                    qk0 += qi * b;
+                }
+            }
+        } else if (tx <= ty) {
             for (var dd = 0u; dd < 16u; dd++) {
                 let ka = row4(0u, ty * 4u, dd);
                 let qa = row4(1088u, ty * 4u, dd);
@@ -325,10 +442,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     store_norm(tid, nrow, ss, L);
     workgroupBarrier();
-    put_ap(ty * 4u, tx, kk0, qk0, L, base_p);
-    put_ap(ty * 4u + 1u, tx, kk1, qk1, L, base_p);
-    put_ap(ty * 4u + 2u, tx, kk2, qk2, L, base_p);
-    put_ap(ty * 4u + 3u, tx, kk3, qk3, L, base_p);
+    if (STEP2_REF == 1u) {
+        if (tid < 96u) {
+            let ob = off_block(tid);
+            put_ap(ob.y, ob.z / 4u, kk0, qk0, L, base_p);
+            put_ap(ob.y + 1u, ob.z / 4u, kk1, qk1, L, base_p);
+            put_ap(ob.y + 2u, ob.z / 4u, kk2, qk2, L, base_p);
+            put_ap(ob.y + 3u, ob.z / 4u, kk3, qk3, L, base_p);
+        } else {
+            let pc = diag_piece(tid - 96u);
+            put_ap(pc.x, pc.y / 4u, kk0, qk0, L, base_p);
+        }
+        // P's zeros above the pieces: blocks right of the diagonal, and in a diagonal block the
+        // column groups of four right of the row's own
+        for (var idx = tid; idx < 4096u; idx += 256u) {
+            let i = idx % 64u;
+            let j = idx / 64u;
+            if (j / 16u > i / 16u || (j / 16u == i / 16u && (j % 16u) / 4u > (i % 16u) / 4u)) {
+                wsa[base_p + j * 64u + i] = 0.0;
+            }
+        }
+    } else {
+        put_ap(ty * 4u, tx, kk0, qk0, L, base_p);
+        put_ap(ty * 4u + 1u, tx, kk1, qk1, L, base_p);
+        put_ap(ty * 4u + 2u, tx, kk2, qk2, L, base_p);
+        put_ap(ty * 4u + 3u, tx, kk3, qk3, L, base_p);
+    }
     storageBarrier();
     workgroupBarrier();
 

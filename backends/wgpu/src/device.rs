@@ -49,6 +49,8 @@ pub struct Gpu {
     pub state_bv: Option<usize>,
     /// Requested state-pass W·S tiling (see `AdapterChoice::state_ws`).
     pub state_ws: Option<u32>,
+    /// Requested kda intra step 2 (see `AdapterChoice::kda_step2`).
+    pub kda_step2: Option<u32>,
     /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
     pub probe: u32,
     /// The adapter's cooperative-matrix configurations (empty when it has none or when
@@ -190,6 +192,7 @@ impl Gpu {
             binding_cap: choice.max_binding,
             state_bv: choice.state_bv,
             state_ws: choice.state_ws,
+            kda_step2: choice.kda_step2,
             probe: choice.probe,
             coop_props,
             coop,

@@ -50,6 +50,10 @@ pub struct AdapterChoice {
     /// the partial sums added in workgroup memory (half the workgroup loads per FMA at BV = 32).
     /// `None` picks 1.
     pub state_ws: Option<u32>,
+    /// kda intra step 2 (`DELTARULE_WGPU_KDA_STEP2`, a tuning knob): 1 = through 16-token
+    /// reference points (kda_prefill_intra.wgsl v4), 0 = v3's exponential per element. `None`
+    /// picks 1.
+    pub kda_step2: Option<u32>,
     /// Diagnosis only (`DELTARULE_WGPU_PROBE`, a bit mask, 0 = off): skips parts of the intra
     /// pass to locate its time (1: the W/U stores, 2: the P stores, 4: the T solve, 8: the W/U/qdec
     /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3). Results are wrong with any of
@@ -71,6 +75,9 @@ impl AdapterChoice {
                 .ok()
                 .and_then(|s| s.parse().ok()),
             state_ws: std::env::var("DELTARULE_WGPU_STATE_WS")
+                .ok()
+                .and_then(|s| s.parse().ok()),
+            kda_step2: std::env::var("DELTARULE_WGPU_KDA_STEP2")
                 .ok()
                 .and_then(|s| s.parse().ok()),
             probe: std::env::var("DELTARULE_WGPU_PROBE")

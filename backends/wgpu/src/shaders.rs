@@ -176,12 +176,18 @@ impl Shader {
     /// The override constants this stage declares (every key the host passes must be here).
     pub fn overrides(self) -> &'static [&'static str] {
         match self {
-            Shader::GdnPrefillIntra
-            | Shader::KdaPrefillIntra
-            | Shader::GdnPrefillIntraCoop
-            | Shader::KdaPrefillIntraCoop => {
+            Shader::GdnPrefillIntra | Shader::GdnPrefillIntraCoop => {
                 &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"]
             }
+            Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop => &[
+                "HEAD_K",
+                "HEAD_V",
+                "QKV_DT",
+                "G_DT",
+                "BETA_DT",
+                "PROBE",
+                "STEP2_REF",
+            ],
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
             Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V", "OUT16"],
             Shader::PrefillOutput | Shader::PrefillOutputCoop => &["HEAD_K", "HEAD_V"],

@@ -29,6 +29,14 @@ pub fn state_ws(wanted: Option<u32>) -> u32 {
     }
 }
 
+/// kda intra step 2 (`STEP2_REF`): 1 (reference points) unless 0 is asked for.
+pub fn kda_step2(wanted: Option<u32>) -> u32 {
+    match wanted {
+        Some(0) => 0,
+        _ => 1,
+    }
+}
+
 /// f32 words of one (chunk, head) slot of the `wsa` workspace (layout in `common.wgsl`):
 /// Wᵀ [K][64], kdec [64][K4], qdec [64][K], P [64][64], e^Γ_last [K4], and for kda Γ [64][K].
 pub fn wsa_slot(op: Op, k: usize) -> usize {
@@ -102,6 +110,9 @@ impl Prefill {
         ];
         if gpu.probe != 0 {
             consts.push(("PROBE", gpu.probe as f64));
+        }
+        if p.op == Op::Kda {
+            consts.push(("STEP2_REF", f64::from(kda_step2(gpu.kda_step2))));
         }
         let intra = cache.get(gpu, intra_shader, &consts)?;
         // gdn's coop kernel also runs the output pass on cooperative matrices: its intra stage
