@@ -28,7 +28,7 @@
 // outside the chunk or the head dims read row t0 (L >= 1), channel 0 instead and are zeroed;
 // head h = hv / group < H, hv < HV; channels d < K, e < V; workspace slots (c * hvb + z) with
 // c < chunks, z < hvb. Workgroup arrays: s_x scalars < 2176 (dot tiles 2 x 16 x 68, solve
-// blocks < 768), its vec4s < 544 (packed Tᵀ); s_at < 4160 scalars (source tiles < 1024 vec4s,
+// blocks < 1024), its vec4s < 544 (packed Tᵀ); s_at < 4160 scalars (source tiles < 1024 vec4s,
 // intra.wgsl); rows i, j, m < 64 index the 64-entry row arrays.
 
 override HEAD_K: u32 = 64u;

@@ -15,7 +15,8 @@
 // i * AS + j with i, j < 64 (< 4160); source tile slots are src_slot(m, q) = 16 m + (q ^ (m & 15))
 // with m < 64, q < 16 (< 1024 vec4s); the packed Tᵀ has 544 vec4s (tp_base(15) + 63 = 543) and
 // t_product reads tp_base(g) + m with m < mend <= 4 g + 4 (g < 16); the solve's scratch indices
-// are < 768 scalars; the W/U/qdec/kdec writes are guarded by the head dims (d < K, columns < V4)
+// are < 1024 scalars (merge_y's Y blocks: yb + r0 n + c0 + n + 1 <= yb + n², yb + n² <= 1024);
+// the W/U/qdec/kdec writes are guarded by the head dims (d < K, columns < V4)
 // and land in the (chunk, head) slot the caller passes. The q/k/v loaders read token t0 + i only
 // for i < L (t0 + L <= T from the chunk table of validated cu_seqlens), else token t0, and channel
 // d < K (e < V), else 0: inside q, k, v. ld4 (16-bit inputs) reads words e / 2 and e / 2 + 1 of
@@ -186,11 +187,76 @@ fn sub_term(i: u32, j: u32, m: u32) -> f32 {
     return select(0.0, p, j < m && m < i);
 }
 
-// One term A[i][k] T[k][j] of a block merge (T[k][j] = 1 for k == j, 0 for k < j).
-fn merge_term(i: u32, j: u32, k: u32) -> f32 {
-    let tk = at_get(j * AS + k);
-    let t = select(select(0.0, tk, k > j), 1.0, k == j);
-    return at_get(i * AS + k) * t;
+// Block merge, first half: Y = A_RC T_CC for the n x n blocks at rows rb, columns cb (T_CC, the
+// diagonal block at cb, is solved: T[k][c] = 1 for k == c, 0 for k < c), into s_x at yb (row-major
+// [n][n]). Invocation u < (n / 2)² takes a 2 x 2 block of Y, rows r0 = 2 (u % (n / 2)) .. (so a
+// warp's lanes share c0 and the trip count), columns c0, c0 + 1; the terms k = c0, c0 + 1 (where
+// T is 1 or 0) are taken out of the loop, which then needs no selection: 4 loads for 4 FMAs.
+fn merge_y(u: u32, rb: u32, cb: u32, n: u32, yb: u32) {
+    let h = n / 2u;
+    let r0 = 2u * (u % h);
+    let c0 = 2u * (u / h);
+    let a0 = (rb + r0) * AS + cb;   // A[rb + r0][cb + k] at a0 + k
+    let a1 = a0 + AS;
+    let t0 = (cb + c0) * AS + cb;   // T[cb + k][cb + c0] at t0 + k (k > c0)
+    let t1 = t0 + AS;
+    let t = at_get(t0 + c0 + 1u);
+    let a0d = at_get(a0 + c0 + 1u);
+    let a1d = at_get(a1 + c0 + 1u);
+    var y00 = at_get(a0 + c0) + a0d * t;
+    var y01 = a0d;
+    var y10 = at_get(a1 + c0) + a1d * t;
+    var y11 = a1d;
+    for (var k = c0 + 2u; k < n; k++) {
+        let x0 = at_get(a0 + k);
+        let x1 = at_get(a1 + k);
+        let s0 = at_get(t0 + k);
+        let s1 = at_get(t1 + k);
+        y00 += x0 * s0;
+        y01 += x0 * s1;
+        y10 += x1 * s0;
+        y11 += x1 * s1;
+    }
+    let o = yb + r0 * n + c0;
+    x_set(o, y00);
+    x_set(o + 1u, y01);
+    x_set(o + n, y10);
+    x_set(o + n + 1u, y11);
+}
+
+// Block merge, second half: T_RC = −T_RR Y (T_RR, the diagonal block at rb, solved), stored in
+// the solve's layout (T[i][j] at s_at[j][i]). Invocation u takes rows r0, r0 + 1 and columns
+// c0 = 2 (u % (n / 2)), c0 + 1 (a warp's lanes share r0 and the trip count).
+fn merge_t(u: u32, rb: u32, cb: u32, n: u32, yb: u32) {
+    let h = n / 2u;
+    let c0 = 2u * (u % h);
+    let r0 = 2u * (u / h);
+    let y0 = yb + r0 * n + c0;
+    let yr0 = x_get(y0);
+    let yr1 = x_get(y0 + 1u);
+    var s00 = yr0;
+    var s01 = yr1;
+    var s10 = x_get(y0 + n);
+    var s11 = x_get(y0 + n + 1u);
+    for (var rr = 0u; rr < r0; rr++) {
+        let tr = (rb + rr) * AS + rb + r0;   // T[rb + r0][rb + rr], then row r0 + 1
+        let u0 = at_get(tr);
+        let u1 = at_get(tr + 1u);
+        let x0 = x_get(yb + rr * n + c0);
+        let x1 = x_get(yb + rr * n + c0 + 1u);
+        s00 += u0 * x0;
+        s01 += u0 * x1;
+        s10 += u1 * x0;
+        s11 += u1 * x1;
+    }
+    let t = at_get((rb + r0) * AS + rb + r0 + 1u);   // T[rb + r0 + 1][rb + r0]
+    s10 += t * yr0;
+    s11 += t * yr1;
+    let o = (cb + c0) * AS + rb + r0;
+    at_set(o, -s00);
+    at_set(o + 1u, -s10);
+    at_set(o + AS, -s01);
+    at_set(o + AS + 1u, -s11);
 }
 
 // T[i][m] as the W/U product reads it: the solved entry for m < i < L, 1 on the diagonal, 0
@@ -318,15 +384,19 @@ fn store_qd(base_qd: u32, tid: u32, c0: u32) {
 
 // Step 3 of SPEC.md section 5: T = (I + A)^-1, unit lower triangular, by blocks of 16 (T[i][j]
 // stored at s_at[j][i]):
-//    the four diagonal blocks by forward substitution, one column per invocation,
-//    T[i][j] = -A[i][j] - sum_{j < m < i} A[i][m] T[m][j]; then the blocks below them by
-//    distance, T_IJ = -T_II sum_{J <= K < I} A_IK T_KJ (rows >= L have A = 0: identity).
+//    the eight diagonal blocks of 8 x 8 by forward substitution, one column per invocation,
+//    T[i][j] = -A[i][j] - sum_{j < m < i} A[i][m] T[m][j]; then by doubling, as the inverse of
+//    [[L11, 0], [A21, L22]] is [[T11, 0], [-T22 A21 T11, T22]]: the 8 x 8 blocks below the
+//    diagonal of each 16 x 16 one, the 16 x 16 blocks (1, 0) and (3, 2), then the 32 x 32 block
+//    below the diagonal, each as Y = A21 T11 into s_x and T21 = -T22 Y (merge_y, merge_t: 2 x 2
+//    register blocks). (Session 12; was 16 x 16 diagonal blocks, 15 dependent steps a column,
+//    and three rounds by distance with a selection per term.) Rows >= L have A = 0: identity.
 // Called by every invocation (it holds workgroup barriers); l = the chunk length.
 fn solve_t(tid: u32, l: u32) {
     if (tid < 64u) {
         let j = tid;
-        let bend = (j / 16u) * 16u + 16u;
-        let b0 = bend - 16u;
+        let bend = (j / 8u) * 8u + 8u;
+        let b0 = bend - 8u;
         for (var i = j + 1u; i < bend; i++) {
             var acc = -at_get(i * AS + j);
             for (var m = b0; m < bend; m += 4u) {
@@ -339,38 +409,33 @@ fn solve_t(tid: u32, l: u32) {
         }
     }
     workgroupBarrier();
-    for (var dist = 1u; dist < 4u; dist++) {
-        let nb = 4u - dist;
-        // X_IJ = sum_K A_IK T_KJ into s_x (free during the solve), block (I, J) = (J + dist, J)
-        for (var idx = tid; idx < nb * 256u; idx += 256u) {
-            let bj = idx / 256u;
-            let bi = bj + dist;
-            let i = bi * 16u + (idx % 256u) / 16u;
-            let j = bj * 16u + idx % 16u;
-            var x = 0.0;
-            for (var k = bj * 16u; k < bi * 16u; k += 4u) {
-                x += merge_term(i, j, k);
-                x += merge_term(i, j, k + 1u);
-                x += merge_term(i, j, k + 2u);
-                x += merge_term(i, j, k + 3u);
-            }
-            x_set(idx, x);
-        }
-        workgroupBarrier();
-        for (var idx = tid; idx < nb * 256u; idx += 256u) {
-            let bj = idx / 256u;
-            let bi = bj + dist;
-            let r = (idx % 256u) / 16u;
-            let i = bi * 16u + r;
-            let j = bj * 16u + idx % 16u;
-            var acc = x_get(idx);
-            for (var rr = 0u; rr < r; rr++) {
-                acc += at_get((bi * 16u + rr) * AS + i) * x_get(bj * 256u + rr * 16u + idx % 16u);
-            }
-            at_set(j * AS + i, -acc);
-        }
-        workgroupBarrier();
+    // the 8 x 8 blocks below the diagonal of each 16 x 16 one: Y into s_x (free during the solve)
+    if (tid < 64u) {
+        let b = tid / 16u;
+        merge_y(tid % 16u, 16u * b + 8u, 16u * b, 8u, 64u * b);
     }
+    workgroupBarrier();
+    if (tid < 64u) {
+        let b = tid / 16u;
+        merge_t(tid % 16u, 16u * b + 8u, 16u * b, 8u, 64u * b);
+    }
+    workgroupBarrier();
+    // blocks (1, 0) and (3, 2) of 16 x 16: Y at 0 and 256
+    if (tid < 128u) {
+        let two = tid / 64u;
+        merge_y(tid % 64u, 16u + 32u * two, 32u * two, 16u, 256u * two);
+    }
+    workgroupBarrier();
+    if (tid < 128u) {
+        let two = tid / 64u;
+        merge_t(tid % 64u, 16u + 32u * two, 32u * two, 16u, 256u * two);
+    }
+    workgroupBarrier();
+    // rows 32..63 x columns 0..31
+    merge_y(tid, 32u, 0u, 32u, 0u);
+    workgroupBarrier();
+    merge_t(tid, 32u, 0u, 32u, 0u);
+    workgroupBarrier();
     // Packed triangular Tᵀ into s_x (the solve's scratch, free after the last barrier): vec4
     // (g, m) = T[4 g .. 4 g + 3][m] at tp_base(g) + m, m <= 4 g + 3. PACK_T (the last prelude's
     // const) is false where step 4 does not read it (gdn's coop stage).
