@@ -56,6 +56,8 @@ conformance_suite!(cpu_chunked, "cpu:chunked", None, 3);
 conformance_suite!(cpu_chunked_f64, "cpu:chunked-f64", None, 2);
 conformance_suite!(wgpu, "wgpu", Some("DELTARULE_REQUIRE_WGPU"), 2);
 // the cooperative-matrix prefill (`coop`): every case skipped, counted, where the adapter has none
-// (lavapipe); on NVIDIA's Vulkan driver `wgpu` (auto) also picks it where its rows accept the case
+// (lavapipe), unless DELTARULE_WGPU_COOP_EMULATE=1 runs its matrices in plain WGSL (.ci/run does:
+// kda's coop kernel then runs there); on NVIDIA's Vulkan driver `wgpu` (auto) also picks it where
+// its rows accept the case
 conformance_suite!(wgpu_coop, "wgpu:coop", Some("DELTARULE_REQUIRE_WGPU"), 2);
 conformance_suite!(cuda, "cuda", Some("DELTARULE_REQUIRE_CUDA"), 2);

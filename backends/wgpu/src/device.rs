@@ -58,8 +58,11 @@ pub struct Gpu {
     pub coop_props: Vec<wgpu::wgt::CooperativeMatrixProperties>,
     /// Cooperative matrices usable by the `coop` shaders: the feature was granted, the
     /// 16 x 16 x 16 f16 -> f32 configuration is offered, f16 and subgroups are on and subgroups
-    /// have 32 invocations (8 per 256-invocation workgroup).
+    /// have 32 invocations (8 per 256-invocation workgroup); or emulated (`coop_emulated`).
     pub coop: bool,
+    /// The `coop` stages run as plain WGSL (src/emulate.rs; tests, `AdapterChoice::coop_emulate`)
+    /// because the adapter has no cooperative matrices.
+    pub coop_emulated: bool,
     /// Every stage built by the backend (src/coop.rs) and passed through as SPIR-V
     /// (`DELTARULE_WGPU_PASSTHROUGH=1`, diagnosis: wgpu's own WGSL path against naga's plain
     /// output).
@@ -150,11 +153,14 @@ impl Gpu {
         features |= adapter.features() & wgpu::Features::PASSTHROUGH_SHADERS;
         let passthrough_all = features.contains(wgpu::Features::PASSTHROUGH_SHADERS)
             && std::env::var("DELTARULE_WGPU_PASSTHROUGH").ok().as_deref() == Some("1");
-        let coop = coop_offered
+        let coop_real = coop_offered
             && has_coop_16x16_f16(&coop_props)
             && features.contains(wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP)
             && info.subgroup_min_size == 32
             && info.subgroup_max_size == 32;
+        let coop_emulated =
+            !coop_real && choice.coop_emulate && features.contains(wgpu::Features::SHADER_F16);
+        let coop = coop_real || coop_emulated;
         let limits = adapter.limits();
         let dd = wgpu::DeviceDescriptor {
             label: Some("deltarule"),
@@ -196,6 +202,7 @@ impl Gpu {
             probe: choice.probe,
             coop_props,
             coop,
+            coop_emulated,
             passthrough_all,
             modules: Mutex::new(HashMap::new()),
             uncaptured,
@@ -218,6 +225,9 @@ impl Gpu {
         ];
         if self.checked {
             notes.push("checked shader modules".into());
+        }
+        if self.coop_emulated {
+            notes.push("cooperative matrices emulated in plain WGSL (tests)".into());
         }
         if !self.coop_props.is_empty() {
             let list: Vec<String> = self
@@ -266,7 +276,13 @@ impl Gpu {
         if let Some(x) = m.get(&shader) {
             return Ok(x.clone());
         }
-        let source = shader.source();
+        let source = if shader.coop() && self.coop_emulated {
+            crate::emulate::emulated_source(shader).map_err(|e| {
+                error::compile(shader.name(), format!("coop emulation: {e}"), Vec::new())
+            })?
+        } else {
+            shader.source()
+        };
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some(shader.name()),
@@ -305,7 +321,7 @@ impl Gpu {
         shader: Shader,
         constants: &[(&str, f64)],
     ) -> Result<wgpu::ComputePipeline> {
-        if shader.coop() || self.passthrough_all {
+        if (shader.coop() && !self.coop_emulated) || self.passthrough_all {
             return self.coop_pipeline(shader, constants);
         }
         let module = self.module(shader)?;

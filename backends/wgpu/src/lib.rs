@@ -18,6 +18,7 @@
 
 pub mod coop;
 pub mod device;
+pub mod emulate;
 pub mod error;
 pub mod launch;
 pub mod pipelines;
@@ -54,6 +55,10 @@ pub struct AdapterChoice {
     /// reference points (kda_prefill_intra.wgsl v4), 0 = v3's exponential per element. `None`
     /// picks 1.
     pub kda_step2: Option<u32>,
+    /// Tests only (`DELTARULE_WGPU_COOP_EMULATE=1`): on an adapter without cooperative matrices,
+    /// run the `coop` stages rewritten into plain WGSL (src/emulate.rs) and offer the `coop`
+    /// kernel, so that CI's lavapipe runs them. Slow; never a production path.
+    pub coop_emulate: bool,
     /// Diagnosis only (`DELTARULE_WGPU_PROBE`, a bit mask, 0 = off): skips parts of the intra
     /// pass to locate its time (1: the W/U stores, 2: the P stores, 4: the T solve, 8: the W/U/qdec
     /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3). Results are wrong with any of
@@ -80,6 +85,7 @@ impl AdapterChoice {
             kda_step2: std::env::var("DELTARULE_WGPU_KDA_STEP2")
                 .ok()
                 .and_then(|s| s.parse().ok()),
+            coop_emulate: std::env::var("DELTARULE_WGPU_COOP_EMULATE").ok().as_deref() == Some("1"),
             probe: std::env::var("DELTARULE_WGPU_PROBE")
                 .ok()
                 .and_then(|s| s.parse().ok())

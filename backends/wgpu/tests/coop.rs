@@ -1,12 +1,27 @@
 //! Cooperative matrices through wgpu (`Features::EXPERIMENTAL_COOPERATIVE_MATRIX`): the load
 //! layouts, zero-initialised and loaded accumulators and the f16 x f16 -> f32 product the `coop`
 //! shaders rely on, checked on a 64 x 64 x 64 product against f64 on the f16-rounded operands.
-//! The module validates with naga everywhere; the run needs an adapter with the 16 x 16 x 16
-//! f16 -> f32 configuration (NVIDIA's Vulkan driver) and is skipped, printed, elsewhere
-//! (lavapipe has none) unless `DELTARULE_REQUIRE_COOP=1`.
+//! The module validates with naga everywhere; it runs on the hardware where the adapter has the
+//! 16 x 16 x 16 f16 -> f32 configuration (NVIDIA's Vulkan driver), and elsewhere (lavapipe)
+//! through the plain-WGSL emulation of src/emulate.rs, which the same expectations check
+//! (`DELTARULE_REQUIRE_COOP=1` makes the hardware run required).
 
 use deltarule_wgpu::{AdapterChoice, WgpuBackend};
 use half::f16;
+
+/// `src` as this adapter runs it: as written where it has cooperative matrices, else through
+/// the emulation (None, printed, when the adapter has no f16 either).
+fn as_run(gpu: &deltarule_wgpu::device::Gpu, src: &str) -> Option<(String, &'static str)> {
+    if gpu.coop && !gpu.coop_emulated {
+        return Some((src.to_string(), "hardware"));
+    }
+    if !gpu.features.contains(wgpu::Features::SHADER_F16) {
+        println!("skipped: neither cooperative matrices nor f16 on this adapter");
+        return None;
+    }
+    let e = deltarule_wgpu::emulate::emulate_wgsl(src).expect("the probe rewrites");
+    Some((e, "emulated"))
+}
 
 /// c[0] = A·B (zero accumulator), c[1] = A·B + B/2 (accumulator loaded row-major),
 /// c[2] = A·B with A read column-major from its transpose, c[3] = A·B stored column-major.
@@ -169,17 +184,16 @@ fn coop_product_matches_f64() {
         "adapter {} subgroups {}..{}; cooperative matrices: {:?}",
         gpu.info.name, gpu.info.subgroup_min_size, gpu.info.subgroup_max_size, gpu.coop_props
     );
-    if !gpu.coop {
-        assert!(
-            !require,
-            "the adapter offers no 16x16x16 f16->f32 cooperative matrices"
-        );
-        println!("skipped: no 16x16x16 f16->f32 cooperative matrices on this adapter");
+    assert!(
+        !require || (gpu.coop && !gpu.coop_emulated),
+        "the adapter offers no 16x16x16 f16->f32 cooperative matrices"
+    );
+    let Some((src, how)) = as_run(gpu, PROBE) else {
         return;
-    }
+    };
     let a = operand(1, 4096);
     let b = operand(2, 4096);
-    let got = run_once(gpu, PROBE, &[], &a, &b, 4 * 4096);
+    let got = run_once(gpu, &src, &[], &a, &b, 4 * 4096);
     let mut want = vec![0f64; 4096];
     for i in 0..64 {
         for j in 0..64 {
@@ -212,7 +226,7 @@ fn coop_product_matches_f64() {
             }
         }
         let rel = (err / norm).sqrt();
-        println!("coop probe {name}: relative L2 {rel:.2e}");
+        println!("coop probe ({how}) {name}: relative L2 {rel:.2e}");
         assert!(rel < 1e-6, "{name}: relative L2 error {rel:.2e}");
     }
 }
@@ -291,10 +305,6 @@ fn coop_layouts() {
         }
     };
     let gpu = be.gpu();
-    if !gpu.coop {
-        println!("skipped: no 16x16x16 f16->f32 cooperative matrices on this adapter");
-        return;
-    }
     let a = operand(3, 4096);
     let b = operand(4, 2048);
     // the same with an 8-byte workgroup variable declared first (alignment of the others)
@@ -325,6 +335,9 @@ fn coop_layouts() {
         (LAYOUT.to_string(), ""),
         (small, " (8-byte variable first)"),
     ] {
+        let Some((src, how)) = as_run(gpu, &src) else {
+            return;
+        };
         for (sa, sb, sc, acol, cwg) in [
             (64, 64, 64, 0, 0),
             (64, 32, 32, 0, 0),
@@ -355,7 +368,7 @@ fn coop_layouts() {
             let ok = rel < 1e-6;
             let verdict = if ok { "ok" } else { "WRONG" };
             println!(
-                "coop layout{variant} SA {sa} SB {sb} SC {sc} A_COL {acol} C_WG {cwg}: \
+                "coop layout{variant} ({how}) SA {sa} SB {sb} SC {sc} A_COL {acol} C_WG {cwg}: \
                  relative L2 {rel:.2e} {verdict}"
             );
             if !ok {
