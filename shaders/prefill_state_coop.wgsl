@@ -17,6 +17,10 @@
 //   ΔS = kdecᵀ·V_new: subgroup g's K / 64 tiles of the [K][32] product (kdecᵀ read column-major
 //   from kdec in storage, V_new row-major from s_v16), 4 k-steps, to s_c; barrier; S += ΔS.
 //
+// v3 (session 12): every A operand of a chunk (the K / 16 W tiles, the 4 (K / 64) kdec tiles) is
+// loaded from storage at the top of the chunk, before the h stores and the S copy, instead of one
+// storage load per k-step inside the product loops (the products are unrolled).
+//
 // Needs: K in {64, 128}, V a multiple of 32 (the host's coop rule), BV = 32 (the prelude's
 // default; the host passes no BV), 256 invocations in 8 subgroups of 32 (Gpu::coop checks the
 // adapter's subgroup size). Every cooperative-matrix operation runs in workgroup-uniform control
@@ -193,6 +197,39 @@ fn main(
         let ub = u4(base_u, vi, e_v + 4u, l);
         let gl = wsa[qb + ws_gl(K) / 4u + min(sr, KQ - 1u)];
 
+        // Every A operand of the chunk from storage, issued together here (v3, session 12): the
+        // K / 16 tiles of W for W·S and the 4 (K / 64) tiles of kdec for ΔS. They do not depend
+        // on S, so their latency runs under the h stores, the S copy and its barriers; in the
+        // product loops of v2 each k-step waited for its own storage load, and the kdec loads
+        // could not move above the barrier in front of ΔS. (K = 64: the last tiles repeat the
+        // first ones and are not multiplied.)
+        let wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 16u * wi], 64u);
+        let wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 1024u + 16u * wi], 64u);
+        let wa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 2048u + 16u * wi], 64u);
+        let wa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 3072u + 16u * wi], 64u);
+        var wa4 = wa0;
+        var wa5 = wa0;
+        var wa6 = wa0;
+        var wa7 = wa0;
+        let ka0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 16u * wi], K);
+        let ka1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 16u * K + 16u * wi], K);
+        let ka2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 32u * K + 16u * wi], K);
+        let ka3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 48u * K + 16u * wi], K);
+        var kb0 = ka0;
+        var kb1 = ka0;
+        var kb2 = ka0;
+        var kb3 = ka0;
+        if (K == 128u) {
+            wa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 4096u + 16u * wi], 64u);
+            wa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 5120u + 16u * wi], 64u);
+            wa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 6144u + 16u * wi], 64u);
+            wa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 7168u + 16u * wi], 64u);
+            kb0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 16u * (wi + 4u)], K);
+            kb1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 16u * K + 16u * (wi + 4u)], K);
+            kb2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 32u * K + 16u * (wi + 4u)], K);
+            kb3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 48u * K + 16u * (wi + 4u)], K);
+        }
+
         if (OUT16 == 1u) {
             put_h16(w16 + ws16_h(K), d_s, e_s, s0, s1, s2, s3);
         } else {
@@ -212,10 +249,16 @@ fn main(
         // W·S: accumulators start from a zero tile (a zero-valued declaration gave garbage with
         // wgpu's own module path, session 3)
         var acc_w = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
-        for (var k = 0u; k < K / 16u; k++) {
-            let a = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 16u * k * 64u + 16u * wi], 64u);
-            let b = coopLoadT<coop_mat16x16<f16, B>>(&s_s16[16u * k * 32u + 16u * wc], 32u);
-            acc_w = coopMultiplyAdd(a, b, acc_w);
+        let sw = 16u * wc;
+        acc_w = coopMultiplyAdd(wa0, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[sw], 32u), acc_w);
+        acc_w = coopMultiplyAdd(wa1, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[512u + sw], 32u), acc_w);
+        acc_w = coopMultiplyAdd(wa2, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[1024u + sw], 32u), acc_w);
+        acc_w = coopMultiplyAdd(wa3, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[1536u + sw], 32u), acc_w);
+        if (K == 128u) {
+            acc_w = coopMultiplyAdd(wa4, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[2048u + sw], 32u), acc_w);
+            acc_w = coopMultiplyAdd(wa5, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[2560u + sw], 32u), acc_w);
+            acc_w = coopMultiplyAdd(wa6, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[3072u + sw], 32u), acc_w);
+            acc_w = coopMultiplyAdd(wa7, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[3584u + sw], 32u), acc_w);
         }
         coopStoreT(acc_w, &s_c[16u * wi * 32u + 16u * wc], 32u);
         workgroupBarrier();
@@ -233,15 +276,19 @@ fn main(
         // ΔS = kdecᵀ·V_new over the 64 rows of the chunk (V_new and kdec are zero beyond it)
         var acc_d0 = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
         var acc_d1 = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
-        for (var k = 0u; k < 4u; k++) {
-            let b = coopLoadT<coop_mat16x16<f16, B>>(&s_v16[16u * k * 32u + 16u * wc], 32u);
-            let a0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 16u * k * K + 16u * wi], K);
-            acc_d0 = coopMultiplyAdd(a0, b, acc_d0);
-            if (K == 128u) {
-                let a1 = coopLoad<coop_mat16x16<f16, A>>(
-                    &ws16[kd16 + 16u * k * K + 16u * (wi + 4u)], K);
-                acc_d1 = coopMultiplyAdd(a1, b, acc_d1);
-            }
+        let b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_v16[sw], 32u);
+        let b1 = coopLoadT<coop_mat16x16<f16, B>>(&s_v16[512u + sw], 32u);
+        let b2 = coopLoadT<coop_mat16x16<f16, B>>(&s_v16[1024u + sw], 32u);
+        let b3 = coopLoadT<coop_mat16x16<f16, B>>(&s_v16[1536u + sw], 32u);
+        acc_d0 = coopMultiplyAdd(ka0, b0, acc_d0);
+        acc_d0 = coopMultiplyAdd(ka1, b1, acc_d0);
+        acc_d0 = coopMultiplyAdd(ka2, b2, acc_d0);
+        acc_d0 = coopMultiplyAdd(ka3, b3, acc_d0);
+        if (K == 128u) {
+            acc_d1 = coopMultiplyAdd(kb0, b0, acc_d1);
+            acc_d1 = coopMultiplyAdd(kb1, b1, acc_d1);
+            acc_d1 = coopMultiplyAdd(kb2, b2, acc_d1);
+            acc_d1 = coopMultiplyAdd(kb3, b3, acc_d1);
         }
         // (every invocation read the W·S tile of s_c before the last barrier)
         coopStoreT(acc_d0, &s_c[16u * wi * 32u + 16u * wc], 32u);

@@ -471,3 +471,45 @@ fn the_coop_intra_variants_build_pipelines() {
         println!("{}: pipeline with {storage} storage buffers", s.name());
     }
 }
+
+/// The SPIR-V of every cooperative-matrix stage, as the hardware path builds it (src/coop.rs:
+/// naga's override processing, its SPIR-V writer, the memory-model rewrite), for the head dims and
+/// variants the host uses. Needs no adapter: naga's writer has panicked on some expressions inside
+/// cooperative-matrix calls (session 8), which this would show here rather than on the H200.
+#[test]
+fn every_coop_stage_builds_spirv_for_its_variants() {
+    use deltarule_wgpu::shaders::Shader;
+    for (k, v) in [(64.0, 64.0), (128.0, 128.0), (64.0, 128.0), (128.0, 64.0)] {
+        let cases: Vec<(Shader, Vec<(&str, f64)>)> = vec![
+            (
+                Shader::PrefillStateCoop,
+                vec![("HEAD_K", k), ("HEAD_V", v), ("OUT16", 0.0)],
+            ),
+            (
+                Shader::PrefillStateCoop,
+                vec![("HEAD_K", k), ("HEAD_V", v), ("OUT16", 1.0)],
+            ),
+            (
+                Shader::PrefillOutputCoop,
+                vec![("HEAD_K", k), ("HEAD_V", v)],
+            ),
+            (
+                Shader::GdnPrefillIntraCoop,
+                vec![
+                    ("HEAD_K", k),
+                    ("HEAD_V", v),
+                    ("QKV_DT", 1.0),
+                    ("G_DT", 0.0),
+                    ("BETA_DT", 0.0),
+                ],
+            ),
+        ];
+        for (s, consts) in cases {
+            for checked in [false, true] {
+                let m = deltarule_wgpu::coop::build(s, &consts, checked)
+                    .unwrap_or_else(|e| panic!("{} {consts:?}: {e}", s.name()));
+                assert!(m.words.len() > 100, "{}", s.name());
+            }
+        }
+    }
+}
