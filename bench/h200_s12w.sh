@@ -4,7 +4,8 @@
 # against the last tree measured on the H200, in one call, fla 0.6.0 in the same call:
 #   - the T solve by doubling (intra.wgsl, every intra stage, gdn and kda, coop or not),
 #   - kda's intra step 2 through 16-token reference points (kda_prefill_intra.wgsl v4; the old
-#     per-element form stays behind DELTARULE_WGPU_KDA_STEP2=0 for this comparison).
+#     per-element form stays behind DELTARULE_WGPU_KDA_STEP2=0 for this comparison),
+#   - the coop state pass loading every A operand of a chunk at its top (prefill_state_coop v3).
 # Binaries: .dev/bin/deltarule (this tree) and .dev/bin/deltarule_s11 (fc8828b, session 11's tree,
 # whose WGSL was last timed in session 9: gdn wgpu:coop 2.527 ms, kda 4.361 ms), .dev/bin/conformance
 # (this tree). Build here, from the repository root:
@@ -17,8 +18,9 @@
 #   strip .dev/bin/*; mkdir -p .dev/pack; tar -C .dev -cf - bin | xz -T2 > .dev/pack/dev.tar.xz
 # plus .gl (the Vulkan loader packages, the device README) and .whl (fla_core-0.6.0 wheel).
 # Carry: .dev/pack .gl .whl
-# Predictions (bench/NOTES.md, session 12): gdn 16/32 1x8192 wgpu:coop intra 1.27 -> ~1.0 ms
-# (the solve was ~0.5 ms of the f32 intra in session 2's probes), kda 32/32 intra 3.07 -> ~2.3 ms.
+# Predictions (bench/NOTES.md, session 12): gdn 16/32 1x8192 wgpu:coop intra 1.27 -> ~1.0-1.1 ms
+# (the solve was ~0.5 ms of the f32 intra in session 2's probes), state 0.885 -> ~0.5-0.6 ms;
+# kda 32/32 intra 3.07 -> ~2.3 ms, state 0.833 -> ~0.5 ms. The per-pass lines separate them.
 set -uo pipefail
 source bench/h200_env.sh
 NEW=.dev/bin/deltarule
