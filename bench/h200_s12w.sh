@@ -5,7 +5,8 @@
 #   - the T solve by doubling (intra.wgsl, every intra stage, gdn and kda, coop or not),
 #   - kda's intra step 2 through 16-token reference points (kda_prefill_intra.wgsl v4; the old
 #     per-element form stays behind DELTARULE_WGPU_KDA_STEP2=0 for this comparison),
-#   - the coop state pass loading every A operand of a chunk at its top (prefill_state_coop v3).
+#   - the coop state pass loading every A operand of a chunk at its top (prefill_state_coop v3),
+#   - kda's coop kernel on the coop output pass (f16 qdecᵀ, Pᵀ, h, V_new in ws16, as gdn's).
 # Binaries: .dev/bin/deltarule (this tree) and .dev/bin/deltarule_s11 (fc8828b, session 11's tree,
 # whose WGSL was last timed in session 9: gdn wgpu:coop 2.527 ms, kda 4.361 ms), .dev/bin/conformance
 # (this tree). Build here, from the repository root:
@@ -20,7 +21,8 @@
 # Carry: .dev/pack .gl .whl
 # Predictions (bench/NOTES.md, session 12): gdn 16/32 1x8192 wgpu:coop intra 1.27 -> ~1.0-1.1 ms
 # (the solve was ~0.5 ms of the f32 intra in session 2's probes), state 0.885 -> ~0.5-0.6 ms;
-# kda 32/32 intra 3.07 -> ~2.3 ms, state 0.833 -> ~0.5 ms. The per-pass lines separate them.
+# kda 32/32 intra 3.07 -> ~2.3 ms, state 0.833 -> ~0.5 ms, output (now the coop output pass)
+# 0.469 -> ~0.38 ms. The per-pass lines separate them.
 set -uo pipefail
 source bench/h200_env.sh
 NEW=.dev/bin/deltarule

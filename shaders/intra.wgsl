@@ -375,7 +375,7 @@ fn store_qd(base_qd: u32, tid: u32, c0: u32) {
         let x = s_at[src_slot(i, q)];
         for (var e = 0u; e < 4u; e++) {
             let d = c0 + 4u * q + e;
-            if (d < HEAD_K) {
+            if (d < HEAD_K && !put_qd16(d, i, x[e])) {
                 wsa[base_qd + d * 64u + i] = x[e];
             }
         }

@@ -131,7 +131,9 @@ fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
         if (j < i) {
             at_set(i * AS + j, av);
         }
-        wsa[base_p + j * 64u + i] = pv;
+        if (!put_p16(i, j, pv)) {
+            wsa[base_p + j * 64u + i] = pv;
+        }
     }
 }
 
@@ -458,7 +460,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var idx = tid; idx < 4096u; idx += 256u) {
             let i = idx % 64u;
             let j = idx / 64u;
-            if (j / 16u > i / 16u || (j / 16u == i / 16u && (j % 16u) / 4u > (i % 16u) / 4u)) {
+            if ((j / 16u > i / 16u || (j / 16u == i / 16u && (j % 16u) / 4u > (i % 16u) / 4u))
+                && !put_p16(i, j, 0.0)) {
                 wsa[base_p + j * 64u + i] = 0.0;
             }
         }

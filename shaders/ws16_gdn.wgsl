@@ -42,6 +42,11 @@ fn store_w16(g: u32, cq: u32, c0: u32, b: Blk, l: u32) -> bool {
     return true;
 }
 
+// (intra.wgsl's store_qd and kda's hooks, unused by the gdn coop stage: it writes qdecᵀ itself)
+fn put_qd16(d: u32, i: u32, x: f32) -> bool {
+    return false;
+}
+
 // Pᵀ[j][i] (the stage's put_ap; no f32 copy: the coop output pass reads this one).
 fn put_p(base_p: u32, i: u32, j: u32, pv: f32) {
     ws16[p_base16 + ws16_p(HEAD_K) + j * 64u + i] = f16(pv);

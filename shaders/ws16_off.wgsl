@@ -11,5 +11,13 @@ fn store_w16(g: u32, cq: u32, c0: u32, b: Blk, l: u32) -> bool {
     return false;
 }
 
+fn put_qd16(d: u32, i: u32, x: f32) -> bool {
+    return false;
+}
+
+fn put_p16(i: u32, j: u32, pv: f32) -> bool {
+    return false;
+}
+
 // solve_t (intra.wgsl) leaves the packed triangular Tᵀ in s_x: step 4 of the f32 stages reads it.
 const PACK_T: bool = true;

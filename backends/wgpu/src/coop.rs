@@ -105,34 +105,7 @@ pub fn build(shader: Shader, constants: &[(&str, f64)], checked: bool) -> Result
     // (which drops the globals the entry point does not use): the layout stays a superset of
     // the SPIR-V's bindings and matches the host's bind group (e.g. the coop output pass binds
     // the f32 workspaces it leaves to the f32 output pass)
-    let mut bindings = Vec::new();
-    for (_, g) in module.global_variables.iter() {
-        let Some(rb) = &g.binding else { continue };
-        if rb.group != 0 {
-            return Err(fail(format!(
-                "binding group {} (only group 0 is laid out)",
-                rb.group
-            )));
-        }
-        let ty = match g.space {
-            naga::AddressSpace::Uniform => wgpu::BufferBindingType::Uniform,
-            naga::AddressSpace::Storage { access } => wgpu::BufferBindingType::Storage {
-                read_only: !access.contains(naga::StorageAccess::STORE),
-            },
-            other => return Err(fail(format!("binding {} in {other:?}", rb.binding))),
-        };
-        bindings.push(wgpu::BindGroupLayoutEntry {
-            binding: rb.binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty,
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        });
-    }
-    bindings.sort_by_key(|b| b.binding);
+    let bindings = declared_bindings(&module).map_err(fail)?;
     let mut pc = naga::back::PipelineConstants::default();
     for (k, v) in constants {
         pc.insert((*k).to_string(), *v);
@@ -187,6 +160,43 @@ pub fn build(shader: Shader, constants: &[(&str, f64)], checked: bool) -> Result
         bindings,
         workgroup_size,
     })
+}
+
+/// The group-0 bindings `module` declares (buffers), sorted: the bind group layout of a stage
+/// whose host binds every buffer it declares, used or not (this file's SPIR-V stages and the
+/// emulated coop stages of src/emulate.rs).
+pub fn declared_bindings(
+    module: &naga::Module,
+) -> std::result::Result<Vec<wgpu::BindGroupLayoutEntry>, String> {
+    let mut bindings = Vec::new();
+    for (_, g) in module.global_variables.iter() {
+        let Some(rb) = &g.binding else { continue };
+        if rb.group != 0 {
+            return Err(format!(
+                "binding group {} (only group 0 is laid out)",
+                rb.group
+            ));
+        }
+        let ty = match g.space {
+            naga::AddressSpace::Uniform => wgpu::BufferBindingType::Uniform,
+            naga::AddressSpace::Storage { access } => wgpu::BufferBindingType::Storage {
+                read_only: !access.contains(naga::StorageAccess::STORE),
+            },
+            other => return Err(format!("binding {} in {other:?}", rb.binding)),
+        };
+        bindings.push(wgpu::BindGroupLayoutEntry {
+            binding: rb.binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        });
+    }
+    bindings.sort_by_key(|b| b.binding);
+    Ok(bindings)
 }
 
 #[cfg(test)]

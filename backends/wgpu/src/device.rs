@@ -325,12 +325,36 @@ impl Gpu {
             return self.coop_pipeline(shader, constants);
         }
         let module = self.module(shader)?;
+        // an emulated coop stage keeps the layout of every binding it declares, as the SPIR-V
+        // path does (the host binds them all; wgpu's derived layout would drop the unused ones)
+        let layout = if shader.coop() && self.coop_emulated {
+            let fail = |e: String| error::compile(shader.name(), e, Vec::new());
+            let src = crate::emulate::emulated_source(shader).map_err(fail)?;
+            let m = naga::front::wgsl::parse_str(&src).map_err(|e| fail(e.emit_to_string(&src)))?;
+            let entries = crate::coop::declared_bindings(&m).map_err(fail)?;
+            let bgl = self
+                .device
+                .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                    label: Some(shader.name()),
+                    entries: &entries,
+                });
+            Some(
+                self.device
+                    .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                        label: Some(shader.name()),
+                        bind_group_layouts: &[Some(&bgl)],
+                        immediate_size: 0,
+                    }),
+            )
+        } else {
+            None
+        };
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let p = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(shader.name()),
-                layout: None,
+                layout: layout.as_ref(),
                 module: &module,
                 entry_point: Some("main"),
                 compilation_options: wgpu::PipelineCompilationOptions {

@@ -38,6 +38,8 @@ const OUTPUT: &str = include_str!("../../../shaders/output.wgsl");
 /// `enable` first). Those stages need `Features::SHADER_F16` and
 /// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX` (see `device::Gpu::coop`).
 pub const COOP_DIRECTIVES: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
+/// The directive in front of the kda coop intra variant (f16 workspace, no matrices).
+pub const F16_DIRECTIVE: &str = "enable f16;\n";
 
 /// One WGSL stage file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -129,7 +131,7 @@ impl Shader {
                 WS16_GDN,
                 GDN_INTRA_COOP,
             ],
-            Shader::KdaPrefillIntraCoop => &[PRELUDE, INPUTS, INTRA, WS16_ON],
+            Shader::KdaPrefillIntraCoop => &[F16_DIRECTIVE, PRELUDE, INPUTS, INTRA, WS16_ON],
             Shader::Decode => &[PRELUDE, INPUTS],
             Shader::PrefillState => &[PRELUDE, STATE],
             Shader::PrefillStateCoop => &[COOP_DIRECTIVES, PRELUDE, STATE],

@@ -49,13 +49,11 @@ pub fn wsa_slot(op: Op, k: usize) -> usize {
 }
 
 /// f16 halves of one (chunk, head) slot of the coop kernel's `ws16` workspace (layout in
-/// `common.wgsl`'s ws16_slot): Wᵀ [K][64], kdec [64][K], and for gdn qdecᵀ [K][64], Pᵀ [64][64],
-/// h [K][V], V_new [64][V] (the operands of the cooperative-matrix output pass).
-pub fn ws16_slot(op: Op, k: usize, v: usize) -> usize {
-    match op {
-        Op::Kda => 128 * k,
-        Op::Gdn => 192 * k + 4096 + k * v + 64 * v,
-    }
+/// `common.wgsl`'s ws16_slot, the same for both ops since session 12): Wᵀ [K][64], kdec [64][K],
+/// qdecᵀ [K][64], Pᵀ [64][64], h [K][V], V_new [64][V] (the operands of the cooperative-matrix
+/// state and output passes).
+pub fn ws16_slot(_op: Op, k: usize, v: usize) -> usize {
+    192 * k + 4096 + k * v + 64 * v
 }
 
 struct Batch {
@@ -115,10 +113,10 @@ impl Prefill {
             consts.push(("STEP2_REF", f64::from(kda_step2(gpu.kda_step2))));
         }
         let intra = cache.get(gpu, intra_shader, &consts)?;
-        // gdn's coop kernel also runs the output pass on cooperative matrices: its intra stage
+        // the coop kernel also runs the output pass on cooperative matrices: its intra stage
         // writes qdecᵀ and Pᵀ, its state pass h and V_new as f16 into ws16 (OUT16) instead of
-        // f32 into wsa / wsh / wsu
-        let out16 = coop && p.op == Op::Gdn;
+        // f32 into wsa / wsh / wsu (kda too since session 12)
+        let out16 = coop;
         let (bv, state) = if coop {
             let state = cache.get(
                 gpu,
@@ -144,9 +142,10 @@ impl Prefill {
             )?;
             (bv, state)
         };
-        // (kda's coop kernel keeps the f32 output pass: a cooperative-matrix version staging
-        // f16 operands through workgroup memory measured 0.744 ms against 0.469 ms on the H200,
-        // session 3; gdn's reads them straight from ws16, bench/NOTES.md session 8)
+        // (the coop output pass reads its f16 operands straight from ws16: gdn 0.47 -> 0.38 ms on
+        // the H200, session 8; a version staging them through workgroup memory had measured
+        // 0.744 ms against the f32 pass's 0.469 for kda, session 3. kda's kernel takes it since
+        // session 12, checked through the emulation on lavapipe, not timed on the H200)
         let output_shader = if out16 {
             Shader::PrefillOutputCoop
         } else {
