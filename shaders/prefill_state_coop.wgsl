@@ -18,8 +18,8 @@
 //   from kdec in storage, V_new row-major from s_v16), 4 k-steps, to s_c; barrier; S += ΔS.
 //
 // v3 (session 12): every A operand of a chunk (the K / 16 W tiles, the 4 (K / 64) kdec tiles) is
-// loaded from storage at the top of the chunk, before the h stores and the S copy, instead of one
-// storage load per k-step inside the product loops (the products are unrolled).
+// loaded from storage one chunk ahead, at the end of the previous chunk's products, instead of
+// one storage load per k-step inside the product loops (the products are unrolled).
 //
 // Needs: K in {64, 128}, V a multiple of 32 (the host's coop rule), BV = 32 (the prelude's
 // default; the host passes no BV), 256 invocations in 8 subgroups of 32 (Gpu::coop checks the
@@ -182,6 +182,56 @@ fn main(
     var s2 = init4(init_row, hv, d_s + 2u, e_s);
     var s3 = init4(init_row, hv, d_s + 3u, e_s);
 
+    // Every A operand of a chunk from storage, issued together (v3, session 12): the K / 16
+    // tiles of W for W·S and the 4 (K / 64) tiles of kdec for ΔS, for chunk c_begin here and for
+    // chunk c + 1 at the end of chunk c's products. They do not depend on S, so their latency
+    // runs under the S update, the stores and barriers between; in the product loops of v2 each
+    // k-step waited for its own storage load, and the kdec loads sat behind the barrier in front
+    // of ΔS. (K = 64: the last tiles are not loaded and not multiplied. Declared unassigned, they
+    // are loaded before any use: only a sequence with chunks runs the loop.)
+    var wa0: coop_mat16x16<f16, A>;
+    var wa1: coop_mat16x16<f16, A>;
+    var wa2: coop_mat16x16<f16, A>;
+    var wa3: coop_mat16x16<f16, A>;
+    var wa4: coop_mat16x16<f16, A>;
+    var wa5: coop_mat16x16<f16, A>;
+    var wa6: coop_mat16x16<f16, A>;
+    var wa7: coop_mat16x16<f16, A>;
+    var ka0: coop_mat16x16<f16, A>;
+    var ka1: coop_mat16x16<f16, A>;
+    var ka2: coop_mat16x16<f16, A>;
+    var ka3: coop_mat16x16<f16, A>;
+    var kb0: coop_mat16x16<f16, A>;
+    var kb1: coop_mat16x16<f16, A>;
+    var kb2: coop_mat16x16<f16, A>;
+    var kb3: coop_mat16x16<f16, A>;
+    // (the branches test c_begin and c_end, never the loop counter: naga's uniformity analysis
+    // takes a branch on a loop counter as non-uniform, and the matrix operations need uniform
+    // control flow; the loads are written out twice, as WGSL has no arrays of matrices)
+    if (c_begin < c_end) {
+        {
+            let wl = (c_begin * prm.hvb + z) * ws16_slot(K, HEAD_V, prm.is_kda);
+            let kl = wl + 64u * K;
+            wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u);
+            wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u);
+            wa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u);
+            wa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u);
+            ka0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * wi], K);
+            ka1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * wi], K);
+            ka2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * wi], K);
+            ka3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * wi], K);
+            if (K == 128u) {
+                wa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u);
+                wa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u);
+                wa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u);
+                wa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u);
+                kb0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * (wi + 4u)], K);
+                kb1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * (wi + 4u)], K);
+                kb2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * (wi + 4u)], K);
+                kb3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * (wi + 4u)], K);
+            }
+        }
+    }
     for (var c = c_begin; c < c_end; c++) {
         let ca = prm.aux_chunks + 4u * c;
         let l = aux[ca + 1u];
@@ -191,44 +241,10 @@ fn main(
         let base_u = slot * 64u * V4;
         let q_h = slot * K * V4 / 4u;
         let w16 = slot * ws16_slot(K, HEAD_V, prm.is_kda);   // Wᵀ [K][64] halves
-        let kd16 = w16 + 64u * K;            // kdec [64][K] halves
 
         let ua = u4(base_u, vi, e_v, l);
         let ub = u4(base_u, vi, e_v + 4u, l);
         let gl = wsa[qb + ws_gl(K) / 4u + min(sr, KQ - 1u)];
-
-        // Every A operand of the chunk from storage, issued together here (v3, session 12): the
-        // K / 16 tiles of W for W·S and the 4 (K / 64) tiles of kdec for ΔS. They do not depend
-        // on S, so their latency runs under the h stores, the S copy and its barriers; in the
-        // product loops of v2 each k-step waited for its own storage load, and the kdec loads
-        // could not move above the barrier in front of ΔS. (K = 64: the last tiles repeat the
-        // first ones and are not multiplied.)
-        let wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 16u * wi], 64u);
-        let wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 1024u + 16u * wi], 64u);
-        let wa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 2048u + 16u * wi], 64u);
-        let wa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 3072u + 16u * wi], 64u);
-        var wa4 = wa0;
-        var wa5 = wa0;
-        var wa6 = wa0;
-        var wa7 = wa0;
-        let ka0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 16u * wi], K);
-        let ka1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 16u * K + 16u * wi], K);
-        let ka2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 32u * K + 16u * wi], K);
-        let ka3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 48u * K + 16u * wi], K);
-        var kb0 = ka0;
-        var kb1 = ka0;
-        var kb2 = ka0;
-        var kb3 = ka0;
-        if (K == 128u) {
-            wa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 4096u + 16u * wi], 64u);
-            wa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 5120u + 16u * wi], 64u);
-            wa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 6144u + 16u * wi], 64u);
-            wa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[w16 + 7168u + 16u * wi], 64u);
-            kb0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 16u * (wi + 4u)], K);
-            kb1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 16u * K + 16u * (wi + 4u)], K);
-            kb2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 32u * K + 16u * (wi + 4u)], K);
-            kb3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kd16 + 48u * K + 16u * (wi + 4u)], K);
-        }
 
         if (OUT16 == 1u) {
             put_h16(w16 + ws16_h(K), d_s, e_s, s0, s1, s2, s3);
@@ -289,6 +305,29 @@ fn main(
             acc_d1 = coopMultiplyAdd(kb1, b1, acc_d1);
             acc_d1 = coopMultiplyAdd(kb2, b2, acc_d1);
             acc_d1 = coopMultiplyAdd(kb3, b3, acc_d1);
+        }
+        // the next chunk's operands (this chunk's are dead now; the last chunk reloads its own)
+        {
+            let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K, HEAD_V, prm.is_kda);
+            let kl = wl + 64u * K;
+            wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u);
+            wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u);
+            wa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u);
+            wa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u);
+            ka0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * wi], K);
+            ka1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * wi], K);
+            ka2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * wi], K);
+            ka3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * wi], K);
+            if (K == 128u) {
+                wa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u);
+                wa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u);
+                wa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u);
+                wa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u);
+                kb0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * (wi + 4u)], K);
+                kb1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * (wi + 4u)], K);
+                kb2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * (wi + 4u)], K);
+                kb3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * (wi + 4u)], K);
+            }
         }
         // (every invocation read the W·S tile of s_c before the last barrier)
         coopStoreT(acc_d0, &s_c[16u * wi * 32u + 16u * wc], 32u);
