@@ -138,15 +138,19 @@ fn open(checked: bool) -> Option<WgpuBackend> {
 
 fn open_with(checked: bool, max_binding: Option<u64>) -> Option<WgpuBackend> {
     open_choice(AdapterChoice {
-        name: std::env::var("DELTARULE_WGPU_ADAPTER").ok(),
         checked,
         max_binding,
         state_bv: if checked { Some(16) } else { None },
-        state_ws: None,
-        kda_step2: None,
-        coop_emulate: false,
-        probe: 0,
+        ..adapter()
     })
+}
+
+/// The adapter of `DELTARULE_WGPU_ADAPTER` with every option at its default.
+fn adapter() -> AdapterChoice {
+    AdapterChoice {
+        name: std::env::var("DELTARULE_WGPU_ADAPTER").ok(),
+        ..AdapterChoice::default()
+    }
 }
 
 fn open_choice(choice: AdapterChoice) -> Option<WgpuBackend> {
@@ -273,14 +277,8 @@ fn head_batches_give_the_same_numbers() {
 fn kda_step2_variants_agree() {
     let with = |step2| {
         open_choice(AdapterChoice {
-            name: std::env::var("DELTARULE_WGPU_ADAPTER").ok(),
-            checked: false,
-            max_binding: None,
-            state_bv: None,
-            state_ws: None,
             kda_step2: Some(step2),
-            coop_emulate: false,
-            probe: 0,
+            ..adapter()
         })
     };
     let (Some(refp), Some(direct)) = (with(1), with(0)) else {
@@ -349,14 +347,8 @@ fn kda_step2_variants_agree() {
 #[test]
 fn coop_kernel_with_emulated_matrices_matches_the_reference() {
     let Some(emu) = open_choice(AdapterChoice {
-        name: std::env::var("DELTARULE_WGPU_ADAPTER").ok(),
-        checked: false,
-        max_binding: None,
-        state_bv: None,
-        state_ws: None,
-        kda_step2: None,
         coop_emulate: true,
-        probe: 0,
+        ..adapter()
     }) else {
         return;
     };
