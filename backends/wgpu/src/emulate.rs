@@ -20,9 +20,11 @@
 //!   `wgpu_cooperative_matrix` directive is dropped.
 //!
 //! It checks logic, not the hardware: driver faults such as session 3's and session 8's
-//! 8-byte workgroup variables show only on the real adapter. The gdn `coop` intra stage needs
-//! 48,656 bytes of workgroup memory, more than lavapipe's 32 KiB, so there only the kda `coop`
-//! kernel (the cooperative-matrix state pass) runs.
+//! 8-byte workgroup variables show only on the real adapter, and so do naga's uniformity rules
+//! for matrix operations (the plain-WGSL module has none; tests/coop.rs builds the real SPIR-V
+//! of every coop stage for that). The gdn `coop` intra stage needs 48,656 bytes of workgroup
+//! memory, more than lavapipe's 32 KiB, so there only the kda `coop` kernel runs (the
+//! cooperative-matrix state and output passes, which gdn's kernel shares).
 
 use crate::shaders::Shader;
 
