@@ -581,8 +581,9 @@ pub static RULES: &[Rule] = &[
         Op::Kda,
         Mode::Prefill,
         Kernel::Chunked,
-        "WGSL chunked prefill in f32, per-channel decay evaluated element by element (no \
-         exponent above 0, any gate); same state and output passes as gdn",
+        "WGSL chunked prefill in f32, per-channel decay through 16-token reference points (the \
+         exponential per element in the diagonal blocks; no exponent above 0, any gate); same \
+         state and output passes as gdn",
     ),
     wgpu_coop_rule(
         "wgpu.gdn.prefill.coop",
@@ -596,8 +597,8 @@ pub static RULES: &[Rule] = &[
         "wgpu.kda.prefill.coop",
         Op::Kda,
         WGPU_COOP_NEEDS,
-        "WGSL chunked prefill of kda: the f32 intra and output passes and the cooperative-matrix \
-         state pass of wgpu.gdn.prefill.coop",
+        "WGSL chunked prefill of kda: the f32 intra stage, then the cooperative-matrix state \
+         and output passes of wgpu.gdn.prefill.coop",
     ),
     wgpu_rule(
         "wgpu.kda.decode.recurrent",
