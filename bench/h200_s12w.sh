@@ -36,8 +36,8 @@ done
 DELTARULE_WGPU_KDA_STEP2=0 timeout 60 $NEW diff --case tests/golden/shared/kda*.safetensors --backend wgpu:coop > "$OUT/diff_coop_step2_0.log" 2>&1
 echo "diff wgpu:coop kda, step 2 per element rc=$? $(tail -1 "$OUT/diff_coop_step2_0.log")"
 grep -E ' expected ' "$OUT/diff_wgpu_coop.log" | awk '{print $1, $2, $4, $6, $NF}' | head -12
-DELTARULE_REQUIRE_WGPU=1 timeout 150 .dev/bin/conformance --test-threads=1 wgpu:: > "$OUT/conf_wgpu.log" 2>&1
-echo "conformance wgpu:: rc=$? $(grep -E 'test result' "$OUT/conf_wgpu.log" | tail -1)"
+DELTARULE_REQUIRE_WGPU=1 timeout 150 .dev/bin/conformance --test-threads=1 --nocapture wgpu > "$OUT/conf_wgpu.log" 2>&1
+echo "conformance wgpu, wgpu_coop rc=$?"; grep -E " ran, " "$OUT/conf_wgpu.log"
 echo "== timings (a throwaway run each, then alternating rounds)"
 timeout 40 $OLD bench --backend wgpu:coop --shape gdn-16/32-1x8192 --iters 10 > /dev/null 2>&1
 timeout 40 $NEW bench --backend wgpu:coop --shape gdn-16/32-1x8192 --iters 10 > /dev/null 2>&1
