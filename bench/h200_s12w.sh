@@ -9,7 +9,8 @@
 #   - kda's coop kernel on the coop output pass (f16 qdecᵀ, Pᵀ, h, V_new in ws16, as gdn's).
 # Binaries: .dev/bin/deltarule (this tree) and .dev/bin/deltarule_s11 (fc8828b, session 11's tree,
 # whose WGSL was last timed in session 9: gdn wgpu:coop 2.527 ms, kda 4.361 ms), .dev/bin/conformance
-# (this tree). Build here, from the repository root:
+# (this tree). `bash bench/pack_s12w.sh` builds all of it here (checked in session 12: 1m49, a
+# 3.3 MB pack, 4.6 MB with .gl and .whl); by hand, from the repository root:
 #   T=${CARGO_TARGET_DIR:-target}; mkdir -p .dev/bin
 #   cargo build --release -p deltarule-cli && cp $T/release/deltarule .dev/bin/
 #   cp "$(cargo test --release -p deltarule-tests --test conformance --no-run 2>&1 \
