@@ -19,7 +19,8 @@
 //
 // v3 (session 12): every A operand of a chunk (the K / 16 W tiles, the 4 (K / 64) kdec tiles) is
 // loaded from storage one chunk ahead, at the end of the previous chunk's products, instead of
-// one storage load per k-step inside the product loops (the products are unrolled).
+// one storage load per k-step inside the product loops (the products are unrolled); so are the
+// invocation's U row and e^Γ_last (chunk_in).
 //
 // Needs: K in {64, 128}, V a multiple of 32 (the host's coop rule), BV = 32 (the prelude's
 // default; the host passes no BV), 256 invocations in 8 subgroups of 32 (Gpu::coop checks the
@@ -136,6 +137,23 @@ fn put_h16(h16: u32, d: u32, e: u32, s0: vec4<f32>, s1: vec4<f32>, s2: vec4<f32>
     }
 }
 
+// What a chunk's products wait for from storage besides the matrix operands: this invocation's
+// U row vi (columns e_v .. e_v + 7) and the e^Γ_last vec4 of its S rows (row group sr).
+struct ChunkIn {
+    ua: vec4<f32>,
+    ub: vec4<f32>,
+    gl: vec4<f32>,
+}
+
+fn chunk_in(c: u32, z: u32, vi: u32, e_v: u32, sr: u32) -> ChunkIn {
+    let l = aux[prm.aux_chunks + 4u * c + 1u];
+    let slot = c * prm.hvb + z;
+    let base_u = slot * 64u * k4(HEAD_V);
+    let qb = slot * (ws_slot(HEAD_K, prm.is_kda) / 4u);
+    let gl = wsa[qb + ws_gl(HEAD_K) / 4u + min(sr, k4(HEAD_K) / 4u - 1u)];
+    return ChunkIn(u4(base_u, vi, e_v, l), u4(base_u, vi, e_v + 4u, l), gl);
+}
+
 @compute @workgroup_size(256)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -148,7 +166,6 @@ fn main(
     }
     let K = HEAD_K;
     let V4 = k4(HEAD_V);
-    let KQ = k4(K) / 4u;
     let z = wid.z / prm.nvt;
     let vt = wid.z % prm.nvt;
     let hv = prm.hv0 + z;
@@ -164,7 +181,6 @@ fn main(
     // tiles of this subgroup
     let wi = sg / 2u;
     let wc = sg % 2u;
-    let q_slot = ws_slot(K, prm.is_kda) / 4u;
     let sb = prm.aux_seqs + 8u * n;
     if (tid == 0u) {
         s_mt = vec4<u32>(aux[sb + 2u], aux[sb + 3u], 0u, 0u);
@@ -208,7 +224,10 @@ fn main(
     // (the branches test c_begin and c_end, never the loop counter: naga's uniformity analysis
     // takes a branch on a loop counter as non-uniform, and the matrix operations need uniform
     // control flow; the loads are written out twice, as WGSL has no arrays of matrices)
+    // (U and e^Γ_last likewise one chunk ahead, `nxt`)
+    var nxt: ChunkIn;
     if (c_begin < c_end) {
+        nxt = chunk_in(c_begin, z, vi, e_v, sr);
         {
             let wl = (c_begin * prm.hvb + z) * ws16_slot(K, HEAD_V, prm.is_kda);
             let kl = wl + 64u * K;
@@ -237,14 +256,13 @@ fn main(
         let l = aux[ca + 1u];
         let ck = aux[ca + 3u];
         let slot = c * prm.hvb + z;
-        let qb = slot * q_slot;
         let base_u = slot * 64u * V4;
         let q_h = slot * K * V4 / 4u;
         let w16 = slot * ws16_slot(K, HEAD_V, prm.is_kda);   // Wᵀ [K][64] halves
 
-        let ua = u4(base_u, vi, e_v, l);
-        let ub = u4(base_u, vi, e_v + 4u, l);
-        let gl = wsa[qb + ws_gl(K) / 4u + min(sr, KQ - 1u)];
+        let ua = nxt.ua;
+        let ub = nxt.ub;
+        let gl = nxt.gl;
 
         if (OUT16 == 1u) {
             put_h16(w16 + ws16_h(K), d_s, e_s, s0, s1, s2, s3);
@@ -307,6 +325,7 @@ fn main(
             acc_d1 = coopMultiplyAdd(kb3, b3, acc_d1);
         }
         // the next chunk's operands (this chunk's are dead now; the last chunk reloads its own)
+        nxt = chunk_in(min(c + 1u, c_end - 1u), z, vi, e_v, sr);
         {
             let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K, HEAD_V, prm.is_kda);
             let kl = wl + 64u * K;
