@@ -166,6 +166,18 @@ fn open_choice(choice: AdapterChoice) -> Option<WgpuBackend> {
     }
 }
 
+/// `got` within relative L2 `tol` of `want` (asserted, and printed).
+fn assert_close(p: &Problem, what: &str, got: &HostTensor, want: &HostTensor, tol: f64) {
+    let m = compare(&got.to_f64_vec(), &want.to_f64_vec());
+    assert!(
+        m.passes(tol),
+        "{p}: {what}: rel_l2 {:.3e} > {tol:.0e}, {} non-finite",
+        m.rel_l2,
+        m.nonfinite
+    );
+    println!("{p}: {what}: rel_l2 {:.2e}", m.rel_l2);
+}
+
 fn tensors(o: &Outputs) -> Vec<(&'static str, &HostTensor)> {
     let mut v = vec![("o", &o.o)];
     if let Some(s) = &o.final_state {
@@ -317,22 +329,16 @@ fn kda_step2_variants_agree() {
             } else {
                 1e-4
             };
-            for (which, t) in [("reference points", ta), ("per element", tb)] {
-                let m = compare(&t.to_f64_vec(), &tr.to_f64_vec());
-                assert!(
-                    m.passes(tol),
-                    "{p}: {name} ({which}) rel_l2 {:.3e} > {tol:.0e}",
-                    m.rel_l2
-                );
-            }
-            let d = compare(&ta.to_f64_vec(), &tb.to_f64_vec());
+            assert_close(&p, &format!("{name} (reference points)"), ta, tr, tol);
+            assert_close(&p, &format!("{name} (per element)"), tb, tr, tol);
             let agree = if ta.dtype() == DType::F32 { 1e-5 } else { 1e-2 };
-            assert!(
-                d.passes(agree),
-                "{p}: {name} differs between the two step-2 forms: rel_l2 {:.3e}",
-                d.rel_l2
+            assert_close(
+                &p,
+                &format!("{name}, one step-2 form against the other"),
+                ta,
+                tb,
+                agree,
             );
-            println!("{p}: {name} rel_l2 between the forms {:.2e}", d.rel_l2);
         }
     }
 }
@@ -396,13 +402,7 @@ fn coop_kernel_with_emulated_matrices_matches_the_reference() {
                 0,
                 "{p}: {name} has unwritten elements"
             );
-            let m = compare(&ta.to_f64_vec(), &tr.to_f64_vec());
-            assert!(
-                m.passes(5e-3),
-                "{p}: {name} ({how}) rel_l2 {:.3e}",
-                m.rel_l2
-            );
-            println!("{p}: {name} ({how}) rel_l2 {:.2e}", m.rel_l2);
+            assert_close(&p, &format!("{name} ({how})"), ta, tr, 5e-3);
         }
     }
 }
