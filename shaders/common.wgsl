@@ -191,11 +191,11 @@ fn ws_slot(k: u32, kda: u32) -> u32 {
 
 // The ws16 workspace slot of one (chunk, value head) of the coop kernel, in f16 halves (every
 // offset a multiple of 16 halves: K is 64 or 128 and V a multiple of 32 there), the same for gdn
-// and kda (`kda` is kept for the callers; kda's coop output pass reads ws16 since session 12):
+// and kda (kda's coop output pass reads ws16 too since session 12):
 //   Wᵀ [K][64] | kdec [64][K]                                   (the state pass's operands)
 //   | qdecᵀ [K][64] | Pᵀ [64][64] | h [K][V] | V_new [64][V]       (the cooperative-matrix
 //                                                                  output pass's)
-fn ws16_slot(k: u32, v: u32, kda: u32) -> u32 {
+fn ws16_slot(k: u32, v: u32) -> u32 {
     return 192u * k + 4096u + k * v + 64u * v;
 }
 fn ws16_qd(k: u32) -> u32 {

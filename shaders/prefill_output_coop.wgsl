@@ -17,7 +17,7 @@
 // drops them (e >= V).
 //
 // SAFETY (unchecked module): c < chunks and t0 + L <= T from the chunk table; ws16 reads in slot
-// (c hvb + z) of ws16_slot(K, V, 0) halves, sized by the host: qdecᵀ ws16_qd + (16 k + r) 64 +
+// (c hvb + z) of ws16_slot(K, V) halves, sized by the host: qdecᵀ ws16_qd + (16 k + r) 64 +
 // 16 wi + c < ws16_p (k < K / 16); Pᵀ ws16_p + (16 k + r) 64 + 16 wi + c < ws16_h (k < 4);
 // h ws16_h + (16 k + r) V + eb + 16 + c < ws16_vn and V_new ws16_vn + (16 k + r) V + eb + 16 + c
 // < ws16_vn + 64 V, with eb = min(e0 + 32 (g % 2), V − 32) so eb + 32 <= V; s_o tiles inside
@@ -55,7 +55,7 @@ fn main(
     let mt = workgroupUniformLoad(&s_mt);
     let t0 = mt.x;
     let L = mt.y;
-    let b16 = (c * prm.hvb + z) * ws16_slot(K, V, 0u);
+    let b16 = (c * prm.hvb + z) * ws16_slot(K, V);
     let qd = b16 + ws16_qd(K);
     let pp = b16 + ws16_p(K);
     let hh = b16 + ws16_h(K);

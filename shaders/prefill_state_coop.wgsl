@@ -36,7 +36,7 @@
 //
 // SAFETY (unchecked module): as prefill_state.wgsl for wsa (e^Γ_last), wsu, wsh, st and outs (U
 // and V_new columns e_v + 7 < V because V is a multiple of 32 and vt < V / 32). ws16 reads stay
-// in slot (c hvb + z) of ws16_slot(K, V, is_kda) halves, which the host sized for hvb x chunks
+// in slot (c hvb + z) of ws16_slot(K, V) halves, which the host sized for hvb x chunks
 // slots: W tiles at (16 k + c) 64 + 16 wi + r < 64 K (k < K / 16, wi < 4; r, c < 16), kdec tiles
 // at 64 K + (16 k + c) K + 16 td + r < 128 K (k < 4, td < K / 16); with OUT16 (gdn slots only)
 // h at ws16_h + (d_s + 3) V + e_s + 3 < ws16_vn (d_s + 3 < K, e_s + 3 < V) and V_new at
@@ -229,7 +229,7 @@ fn main(
     if (c_begin < c_end) {
         nxt = chunk_in(c_begin, z, vi, e_v, sr);
         {
-            let wl = (c_begin * prm.hvb + z) * ws16_slot(K, HEAD_V, prm.is_kda);
+            let wl = (c_begin * prm.hvb + z) * ws16_slot(K, HEAD_V);
             let kl = wl + 64u * K;
             wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u);
             wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u);
@@ -258,7 +258,7 @@ fn main(
         let slot = c * prm.hvb + z;
         let base_u = slot * 64u * V4;
         let q_h = slot * K * V4 / 4u;
-        let w16 = slot * ws16_slot(K, HEAD_V, prm.is_kda);   // Wᵀ [K][64] halves
+        let w16 = slot * ws16_slot(K, HEAD_V);   // Wᵀ [K][64] halves
 
         let ua = nxt.ua;
         let ub = nxt.ub;
@@ -327,7 +327,7 @@ fn main(
         // the next chunk's operands (this chunk's are dead now; the last chunk reloads its own)
         nxt = chunk_in(min(c + 1u, c_end - 1u), z, vi, e_v, sr);
         {
-            let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K, HEAD_V, prm.is_kda);
+            let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K, HEAD_V);
             let kl = wl + 64u * K;
             wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u);
             wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u);

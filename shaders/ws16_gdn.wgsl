@@ -4,7 +4,7 @@
 // every value is rounded by the hardware conversion. Slot layout: common.wgsl's ws16_slot (gdn:
 // Wᵀ, kdec, qdecᵀ, Pᵀ here; h and V_new from the state pass).
 //
-// SAFETY (unchecked module): indices stay in slot (c hvb + z) of ws16_slot(K, V, 0) halves, which
+// SAFETY (unchecked module): indices stay in slot (c hvb + z) of ws16_slot(K, V) halves, which
 // the host sized for hvb x chunks slots: kdec 64 K + m K + d0 + 3 < 128 K (m < 64, d0 + 3 < K),
 // Wᵀ d 64 + i + 3 < 64 K (d < K, i <= 60), Pᵀ ws16_p + j 64 + i < ws16_p + 4096 (i, j < 64),
 // qdecᵀ ws16_qd + d 64 + i < ws16_p (d < K, i < 64).
@@ -13,7 +13,7 @@
 var<private> p_base16: u32;   // first half of this (chunk, head) slot in ws16 (set_base16)
 
 fn set_base16(slot: u32) {
-    p_base16 = slot * ws16_slot(HEAD_K, HEAD_V, 0u);
+    p_base16 = slot * ws16_slot(HEAD_K, HEAD_V);
 }
 
 // kdec row m, channels d0 .. d0 + 3 as f16 (always written here).

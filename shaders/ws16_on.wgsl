@@ -6,7 +6,7 @@
 // instead of f32 into wsa. Slot layout: common.wgsl's ws16_slot (the same for kda and gdn).
 // The f32 variants include ws16_off.wgsl instead and keep 8 storage buffers.
 //
-// SAFETY (unchecked modules): indices stay in slot (c hvb + z) of ws16_slot(K, V, 1) halves,
+// SAFETY (unchecked modules): indices stay in slot (c hvb + z) of ws16_slot(K, V) halves,
 // which the host sized for hvb x chunks slots: Wᵀ d 64 + i + 3 < 64 K (d < K, i <= 60), kdec
 // 64 K + m K + d0 + 3 < 128 K (m < 64, d0 + 3 < K), qdecᵀ ws16_qd + d 64 + i < ws16_p (d < K,
 // i < 64), Pᵀ ws16_p + j 64 + i < ws16_p + 4096 (i, j < 64).
@@ -15,7 +15,7 @@
 var<private> p_base16: u32;   // first half of this (chunk, head) slot in ws16 (set_base16)
 
 fn set_base16(slot: u32) {
-    p_base16 = slot * ws16_slot(HEAD_K, HEAD_V, 1u);
+    p_base16 = slot * ws16_slot(HEAD_K, HEAD_V);
 }
 
 // kdec row m, channels d0 .. d0 + 3 as f16 (always written here).

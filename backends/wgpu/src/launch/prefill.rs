@@ -52,7 +52,7 @@ pub fn wsa_slot(op: Op, k: usize) -> usize {
 /// `common.wgsl`'s ws16_slot, the same for both ops since session 12): Wᵀ [K][64], kdec [64][K],
 /// qdecᵀ [K][64], Pᵀ [64][64], h [K][V], V_new [64][V] (the operands of the cooperative-matrix
 /// state and output passes).
-pub fn ws16_slot(_op: Op, k: usize, v: usize) -> usize {
+pub fn ws16_slot(k: usize, v: usize) -> usize {
     192 * k + 4096 + k * v + 64 * v
 }
 
@@ -158,7 +158,7 @@ impl Prefill {
         // f32 words per head of each workspace (ws16 in halves, coop only; h is in ws16 when
         // out16, so wsh is not used then)
         let ws16_words = if coop {
-            nc * ws16_slot(p.op, p.k, p.v) / 2
+            nc * ws16_slot(p.k, p.v) / 2
         } else {
             0
         };
