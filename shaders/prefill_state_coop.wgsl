@@ -22,6 +22,21 @@
 // one storage load per k-step inside the product loops (the products are unrolled); so are the
 // invocation's U row and e^Γ_last (chunk_in).
 //
+// v4 (session 13, FUSE_O = 1, the coop kernel's default): the output pass folded in. o of the
+// chunk is qdec·h + P·V_new, and both B operands are already here: h is S as f16 in s_s16 (the
+// B tiles W·S loads) and V_new is s_v16 (the B tiles ΔS loads). So subgroup g also accumulates
+// its 16 x 16 tile of the [64][32] o tile (rows 16 (g / 2) .., columns 16 (g % 2) .., the W·S
+// tile's place) over the same B loads: K / 16 MMAs with the qdecᵀ tiles beside W·S, 4 with the
+// Pᵀ tiles beside ΔS, qdecᵀ and Pᵀ (ws16, from the intra stage) loaded one chunk ahead with W.
+// The tile leaves one chunk late, through s_c rows 64 .. between the next chunk's first two
+// barriers (nothing else uses those rows there: no barrier added), and each invocation writes
+// its o row vi, columns e_v .. e_v + 7 (put_o8); the last chunk's after the loop. h and V_new are then
+// not stored at all (neither f16 into ws16 nor f32 into wsh / wsu) and no output pass runs:
+// what the fused pass saves is that pass (0.376 ms at gdn 16/32 1x8192 on the H200, session 13)
+// and the state pass's 24 two-byte stores an invocation and chunk. FUSE_O = 0 keeps v3 with its
+// output pass (DELTARULE_WGPU_FUSE_O=0). Workgroup memory is unchanged (29 KiB: lavapipe's
+// 32 KiB still holds it, so CI's emulation runs it).
+//
 // Needs: K in {64, 128}, V a multiple of 32 (the host's coop rule), BV = 32 (the prelude's
 // default; the host passes no BV), 256 invocations in 8 subgroups of 32 (Gpu::coop checks the
 // adapter's subgroup size). Every cooperative-matrix operation runs in workgroup-uniform control
@@ -42,14 +57,29 @@
 // h at ws16_h + (d_s + 3) V + e_s + 3 < ws16_vn (d_s + 3 < K, e_s + 3 < V) and V_new at
 // ws16_vn + vi V + e_v + 3 < ws16_vn + 64 V (vi < 64, e_v + 3 < V). Workgroup indices: s_s16
 // (16 k + r) 32 + 16 wc + c < 32 K <= 4096; s_v16 (16 k + r) 32 + 16 wc + c < 2048; s_c tiles
-// inside [64][32] (W·S) and [K][32] (ΔS); S copy rows d_s + 3 < K; V_new rows vi < 64,
-// columns vc + 7 < 32.
+// inside [64][32] (W·S, o) and [K][32] (ΔS); S copy rows d_s + 3 < K; V_new rows vi < 64,
+// columns vc + 7 < 32. FUSE_O: qdecᵀ tiles at ws16_qd + (16 k + r) 64 + 16 wi + c < ws16_p
+// (k < K / 16) and Pᵀ tiles at ws16_p + (16 k + r) 64 + 16 wi + c < ws16_h (k < 4), in the same
+// slot; put_o8 writes rows vi < L of the chunk (t0 + vi < T from the chunk table) and columns
+// e_v .. e_v + 7 < V (as for U): outs[off_o + ((t0 + vi) HV + hv) V + e] (f32), or the 16-bit
+// pairs of o16 when pack_dt is set ((t0 + vi) HV + hv) V + e_v is even: V and e_v are multiples
+// of 8).
 
 @group(0) @binding(7) var<storage, read_write> ws16: array<f16>;
 
 // 1 (gdn): h and V_new go to ws16 as f16 for the cooperative-matrix output pass
 // (prefill_output_coop.wgsl) instead of f32 into wsh / wsu; 0 (kda): f32, for prefill_output.wgsl.
 override OUT16: u32 = 0u;
+// 1: the output pass folded in (v4, see above); 0: v3, h and V_new stored for an output pass.
+override FUSE_O: u32 = 0u;
+
+// Diagnosis only (DELTARULE_WGPU_PROBE bit 128, 0 in production): the W tiles are loaded
+// row-major (coopLoadT over the same 16 x 16 footprint, in range, wrong products) to time what
+// the column-major storage loads of the A operands cost.
+override PROBE: u32 = 0u;
+
+// o as the caller's 16-bit dtype (FUSE_O with pack_dt set; else a dummy binding)
+@group(0) @binding(8) var<storage, read_write> o16: array<u32>;
 
 var<workgroup> s_s16: array<f16, 4096>;   // S [K][32] (f16, operand of W·S)
 var<workgroup> s_v16: array<f16, 2048>;   // V_new [64][32] (f16, operand of ΔS)
@@ -92,7 +122,7 @@ fn put_vnew16(base_u: u32, vn16: u32, i: u32, e: u32, c: u32, l: u32, v: vec4<f3
     var x = vec4<f32>(0.0);
     if (i < l) {
         x = v;
-        if (OUT16 == 0u) {
+        if (OUT16 == 0u && FUSE_O == 0u) {
             let o = base_u + i * k4(HEAD_V) + e;
             wsu[o] = x.x;
             wsu[o + 1u] = x.y;
@@ -100,7 +130,7 @@ fn put_vnew16(base_u: u32, vn16: u32, i: u32, e: u32, c: u32, l: u32, v: vec4<f3
             wsu[o + 3u] = x.w;
         }
     }
-    if (OUT16 == 1u) {
+    if (OUT16 == 1u && FUSE_O == 0u) {
         let o = vn16 + i * HEAD_V + e;
         ws16[o] = f16(x.x);
         ws16[o + 1u] = f16(x.y);
@@ -134,6 +164,35 @@ fn put_h16(h16: u32, d: u32, e: u32, s0: vec4<f32>, s1: vec4<f32>, s2: vec4<f32>
         ws16[o + 3u * HEAD_V + 1u] = f16(s3.y);
         ws16[o + 3u * HEAD_V + 2u] = f16(s3.z);
         ws16[o + 3u * HEAD_V + 3u] = f16(s3.w);
+    }
+}
+
+// FUSE_O: o row i of a chunk (i < l), columns e .. e + 7, from s_c rows 64 .. (local columns
+// c .. c + 7 of the [64][32] tile there): f32 into outs, or rounded to the caller's 16-bit dtype
+// into o16 (pack_dt).
+fn put_o8(t0: u32, l: u32, hv: u32, i: u32, e: u32, c: u32) {
+    if (i < l) {
+        let a = s_c4(64u + i, c);
+        let b = s_c4(64u + i, c + 4u);
+        let row = ((t0 + i) * prm.vheads + hv) * HEAD_V + e;
+        if (prm.pack_dt != 0u) {
+            let dt = prm.pack_dt;
+            let w = row / 2u;
+            o16[w] = encode16(a.x, dt) | (encode16(a.y, dt) << 16u);
+            o16[w + 1u] = encode16(a.z, dt) | (encode16(a.w, dt) << 16u);
+            o16[w + 2u] = encode16(b.x, dt) | (encode16(b.y, dt) << 16u);
+            o16[w + 3u] = encode16(b.z, dt) | (encode16(b.w, dt) << 16u);
+        } else {
+            let o = prm.off_o + row;
+            outs[o] = a.x;
+            outs[o + 1u] = a.y;
+            outs[o + 2u] = a.z;
+            outs[o + 3u] = a.w;
+            outs[o + 4u] = b.x;
+            outs[o + 5u] = b.y;
+            outs[o + 6u] = b.z;
+            outs[o + 7u] = b.w;
+        }
     }
 }
 
@@ -221,38 +280,75 @@ fn main(
     var kb1: coop_mat16x16<f16, A>;
     var kb2: coop_mat16x16<f16, A>;
     var kb3: coop_mat16x16<f16, A>;
+    // FUSE_O: the qdecᵀ tiles (beside W) and Pᵀ tiles (beside kdec) of o's products
+    var qa0: coop_mat16x16<f16, A>;
+    var qa1: coop_mat16x16<f16, A>;
+    var qa2: coop_mat16x16<f16, A>;
+    var qa3: coop_mat16x16<f16, A>;
+    var qa4: coop_mat16x16<f16, A>;
+    var qa5: coop_mat16x16<f16, A>;
+    var qa6: coop_mat16x16<f16, A>;
+    var qa7: coop_mat16x16<f16, A>;
+    var pa0: coop_mat16x16<f16, A>;
+    var pa1: coop_mat16x16<f16, A>;
+    var pa2: coop_mat16x16<f16, A>;
+    var pa3: coop_mat16x16<f16, A>;
     // (the branches test c_begin and c_end, never the loop counter: naga's uniformity analysis
     // takes a branch on a loop counter as non-uniform, and the matrix operations need uniform
     // control flow; the loads are written out twice, as WGSL has no arrays of matrices)
     // (U and e^Γ_last likewise one chunk ahead, `nxt`)
     var nxt: ChunkIn;
+    // FUSE_O: chunk c's o tile leaves one chunk late (through s_c rows 64 .., which nothing else
+    // uses between the top barrier and the ΔS store), so it adds no barrier; po_* name its rows
+    var acc_o = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
+    var po_t0 = 0u;
+    var po_l = 0u;
     if (c_begin < c_end) {
         nxt = chunk_in(c_begin, z, vi, e_v, sr);
         {
             let wl = (c_begin * prm.hvb + z) * ws16_slot(K, HEAD_V);
             let kl = wl + 64u * K;
-            wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u);
-            wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u);
-            wa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u);
-            wa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u);
+            if ((PROBE & 128u) != 0u) { wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u); } else { wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u); }
+            if ((PROBE & 128u) != 0u) { wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u); } else { wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u); }
+            if ((PROBE & 128u) != 0u) { wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u); } else { wa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u); }
+            if ((PROBE & 128u) != 0u) { wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u); } else { wa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u); }
             ka0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * wi], K);
             ka1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * wi], K);
             ka2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * wi], K);
             ka3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * wi], K);
             if (K == 128u) {
-                wa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u);
-                wa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u);
-                wa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u);
-                wa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u);
+                if ((PROBE & 128u) != 0u) { wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u); } else { wa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u); }
+                if ((PROBE & 128u) != 0u) { wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u); } else { wa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u); }
+                if ((PROBE & 128u) != 0u) { wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u); } else { wa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u); }
+                if ((PROBE & 128u) != 0u) { wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u); } else { wa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u); }
                 kb0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * (wi + 4u)], K);
                 kb1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * (wi + 4u)], K);
                 kb2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * (wi + 4u)], K);
                 kb3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * (wi + 4u)], K);
             }
+            if (FUSE_O == 1u) {
+                let ql = wl + ws16_qd(K) + 16u * wi;
+                let pl = wl + ws16_p(K) + 16u * wi;
+                qa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql], 64u);
+                qa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 1024u], 64u);
+                qa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 2048u], 64u);
+                qa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 3072u], 64u);
+                if (K == 128u) {
+                    qa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 4096u], 64u);
+                    qa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 5120u], 64u);
+                    qa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 6144u], 64u);
+                    qa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 7168u], 64u);
+                }
+                pa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
+                pa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 1024u], 64u);
+                pa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 2048u], 64u);
+                pa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 3072u], 64u);
+            }
         }
     }
     for (var c = c_begin; c < c_end; c++) {
         let ca = prm.aux_chunks + 4u * c;
+        let t0 = aux[ca];
         let l = aux[ca + 1u];
         let ck = aux[ca + 3u];
         let slot = c * prm.hvb + z;
@@ -264,10 +360,12 @@ fn main(
         let ub = nxt.ub;
         let gl = nxt.gl;
 
-        if (OUT16 == 1u) {
-            put_h16(w16 + ws16_h(K), d_s, e_s, s0, s1, s2, s3);
-        } else {
-            put_h(q_h, d_s, e_s, s0, s1, s2, s3);
+        if (FUSE_O == 0u) {
+            if (OUT16 == 1u) {
+                put_h16(w16 + ws16_h(K), d_s, e_s, s0, s1, s2, s3);
+            } else {
+                put_h(q_h, d_s, e_s, s0, s1, s2, s3);
+            }
         }
 
         // S as f16 (orders the previous chunk's reads of s_s16 and s_c before these stores)
@@ -278,21 +376,56 @@ fn main(
             s_copy16(d_s + 2u, 4u * sc, s2);
             s_copy16(d_s + 3u, 4u * sc, s3);
         }
+        // the previous chunk's o tile (zeros before the first chunk, which writes none); the last
+        // reads of s_c (the S update) came before the barrier above
+        let po = 2048u + 16u * wi * 32u + 16u * wc;
+        if (FUSE_O == 1u) {
+            coopStoreT(acc_o, &s_c[po], 32u);
+        }
         workgroupBarrier();
+        if (FUSE_O == 1u) {
+            // (read before this invocation's W·S work; the next store into rows 64 .. is the ΔS
+            // one, two barriers later)
+            put_o8(po_t0, po_l, hv, vi, e_v, vc);
+        }
 
         // W·S: accumulators start from a zero tile (a zero-valued declaration gave garbage with
         // wgpu's own module path, session 3)
+        // (FUSE_O: o's qdec·h over the same B tiles, h being this S)
         var acc_w = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
+        acc_o = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
         let sw = 16u * wc;
-        acc_w = coopMultiplyAdd(wa0, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[sw], 32u), acc_w);
-        acc_w = coopMultiplyAdd(wa1, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[512u + sw], 32u), acc_w);
-        acc_w = coopMultiplyAdd(wa2, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[1024u + sw], 32u), acc_w);
-        acc_w = coopMultiplyAdd(wa3, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[1536u + sw], 32u), acc_w);
+        {
+            let h0 = coopLoadT<coop_mat16x16<f16, B>>(&s_s16[sw], 32u);
+            let h1 = coopLoadT<coop_mat16x16<f16, B>>(&s_s16[512u + sw], 32u);
+            let h2 = coopLoadT<coop_mat16x16<f16, B>>(&s_s16[1024u + sw], 32u);
+            let h3 = coopLoadT<coop_mat16x16<f16, B>>(&s_s16[1536u + sw], 32u);
+            acc_w = coopMultiplyAdd(wa0, h0, acc_w);
+            acc_w = coopMultiplyAdd(wa1, h1, acc_w);
+            acc_w = coopMultiplyAdd(wa2, h2, acc_w);
+            acc_w = coopMultiplyAdd(wa3, h3, acc_w);
+            if (FUSE_O == 1u) {
+                acc_o = coopMultiplyAdd(qa0, h0, acc_o);
+                acc_o = coopMultiplyAdd(qa1, h1, acc_o);
+                acc_o = coopMultiplyAdd(qa2, h2, acc_o);
+                acc_o = coopMultiplyAdd(qa3, h3, acc_o);
+            }
+        }
         if (K == 128u) {
-            acc_w = coopMultiplyAdd(wa4, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[2048u + sw], 32u), acc_w);
-            acc_w = coopMultiplyAdd(wa5, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[2560u + sw], 32u), acc_w);
-            acc_w = coopMultiplyAdd(wa6, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[3072u + sw], 32u), acc_w);
-            acc_w = coopMultiplyAdd(wa7, coopLoadT<coop_mat16x16<f16, B>>(&s_s16[3584u + sw], 32u), acc_w);
+            let h4 = coopLoadT<coop_mat16x16<f16, B>>(&s_s16[2048u + sw], 32u);
+            let h5 = coopLoadT<coop_mat16x16<f16, B>>(&s_s16[2560u + sw], 32u);
+            let h6 = coopLoadT<coop_mat16x16<f16, B>>(&s_s16[3072u + sw], 32u);
+            let h7 = coopLoadT<coop_mat16x16<f16, B>>(&s_s16[3584u + sw], 32u);
+            acc_w = coopMultiplyAdd(wa4, h4, acc_w);
+            acc_w = coopMultiplyAdd(wa5, h5, acc_w);
+            acc_w = coopMultiplyAdd(wa6, h6, acc_w);
+            acc_w = coopMultiplyAdd(wa7, h7, acc_w);
+            if (FUSE_O == 1u) {
+                acc_o = coopMultiplyAdd(qa4, h4, acc_o);
+                acc_o = coopMultiplyAdd(qa5, h5, acc_o);
+                acc_o = coopMultiplyAdd(qa6, h6, acc_o);
+                acc_o = coopMultiplyAdd(qa7, h7, acc_o);
+            }
         }
         coopStoreT(acc_w, &s_c[16u * wi * 32u + 16u * wc], 32u);
         workgroupBarrier();
@@ -324,28 +457,52 @@ fn main(
             acc_d1 = coopMultiplyAdd(kb2, b2, acc_d1);
             acc_d1 = coopMultiplyAdd(kb3, b3, acc_d1);
         }
+        if (FUSE_O == 1u) {
+            acc_o = coopMultiplyAdd(pa0, b0, acc_o);
+            acc_o = coopMultiplyAdd(pa1, b1, acc_o);
+            acc_o = coopMultiplyAdd(pa2, b2, acc_o);
+            acc_o = coopMultiplyAdd(pa3, b3, acc_o);
+        }
         // the next chunk's operands (this chunk's are dead now; the last chunk reloads its own)
         nxt = chunk_in(min(c + 1u, c_end - 1u), z, vi, e_v, sr);
         {
             let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K, HEAD_V);
             let kl = wl + 64u * K;
-            wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u);
-            wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u);
-            wa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u);
-            wa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u);
+            if ((PROBE & 128u) != 0u) { wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u); } else { wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u); }
+            if ((PROBE & 128u) != 0u) { wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u); } else { wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u); }
+            if ((PROBE & 128u) != 0u) { wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u); } else { wa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u); }
+            if ((PROBE & 128u) != 0u) { wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u); } else { wa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u); }
             ka0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * wi], K);
             ka1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * wi], K);
             ka2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * wi], K);
             ka3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * wi], K);
             if (K == 128u) {
-                wa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u);
-                wa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u);
-                wa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u);
-                wa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u);
+                if ((PROBE & 128u) != 0u) { wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u); } else { wa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u); }
+                if ((PROBE & 128u) != 0u) { wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u); } else { wa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u); }
+                if ((PROBE & 128u) != 0u) { wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u); } else { wa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u); }
+                if ((PROBE & 128u) != 0u) { wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u); } else { wa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u); }
                 kb0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * (wi + 4u)], K);
                 kb1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * (wi + 4u)], K);
                 kb2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * (wi + 4u)], K);
                 kb3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * (wi + 4u)], K);
+            }
+            if (FUSE_O == 1u) {
+                let ql = wl + ws16_qd(K) + 16u * wi;
+                let pl = wl + ws16_p(K) + 16u * wi;
+                qa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql], 64u);
+                qa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 1024u], 64u);
+                qa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 2048u], 64u);
+                qa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 3072u], 64u);
+                if (K == 128u) {
+                    qa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 4096u], 64u);
+                    qa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 5120u], 64u);
+                    qa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 6144u], 64u);
+                    qa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 7168u], 64u);
+                }
+                pa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
+                pa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 1024u], 64u);
+                pa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 2048u], 64u);
+                pa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 3072u], 64u);
             }
         }
         // (every invocation read the W·S tile of s_c before the last barrier)
@@ -361,9 +518,18 @@ fn main(
             s2 += s_c4(d_s + 2u, 4u * sc);
             s3 += s_c4(d_s + 3u, 4u * sc);
         }
+        po_t0 = t0;
+        po_l = l;
 
         put_ckpt(ck, hv, d_s, e_s, s0, s1, s2, s3);
     }
 
+    if (FUSE_O == 1u) {
+        // the last chunk's o (none without chunks: po_l = 0)
+        workgroupBarrier();
+        coopStoreT(acc_o, &s_c[2048u + 16u * wi * 32u + 16u * wc], 32u);
+        workgroupBarrier();
+        put_o8(po_t0, po_l, hv, vi, e_v, vc);
+    }
     put_final(final_row, hv, d_s, e_s, s0, s1, s2, s3);
 }

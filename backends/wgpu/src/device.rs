@@ -51,6 +51,8 @@ pub struct Gpu {
     pub state_ws: Option<u32>,
     /// Requested kda intra step 2 (see `AdapterChoice::kda_step2`).
     pub kda_step2: Option<u32>,
+    /// Requested coop state/output fusion (see `AdapterChoice::fuse_o`).
+    pub fuse_o: Option<u32>,
     /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
     pub probe: u32,
     /// The adapter's cooperative-matrix configurations (empty when it has none or when
@@ -199,6 +201,7 @@ impl Gpu {
             state_bv: choice.state_bv,
             state_ws: choice.state_ws,
             kda_step2: choice.kda_step2,
+            fuse_o: choice.fuse_o,
             probe: choice.probe,
             coop_props,
             coop,

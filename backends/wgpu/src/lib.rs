@@ -55,13 +55,18 @@ pub struct AdapterChoice {
     /// reference points (kda_prefill_intra.wgsl v4), 0 = v3's exponential per element. `None`
     /// picks 1.
     pub kda_step2: Option<u32>,
+    /// The coop kernel's output pass folded into its state pass (`DELTARULE_WGPU_FUSE_O`, a
+    /// tuning knob): 1 = prefill_state_coop.wgsl v4 (FUSE_O), 0 = v3 and a separate output pass.
+    /// `None` picks 1.
+    pub fuse_o: Option<u32>,
     /// Tests only (`DELTARULE_WGPU_COOP_EMULATE=1`): on an adapter without cooperative matrices,
     /// run the `coop` stages rewritten into plain WGSL (src/emulate.rs) and offer the `coop`
     /// kernel, so that CI's lavapipe runs them. Slow; never a production path.
     pub coop_emulate: bool,
     /// Diagnosis only (`DELTARULE_WGPU_PROBE`, a bit mask, 0 = off): skips parts of the intra
     /// pass to locate its time (1: the W/U stores, 2: the P stores, 4: the T solve, 8: the W/U/qdec
-    /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3). Results are wrong with any of
+    /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3; 128: the coop state pass loads
+    /// its W tiles row-major). Results are wrong with any of
     /// those set; `deltarule bench` is the only intended user.
     pub probe: u32,
 }
@@ -83,6 +88,9 @@ impl AdapterChoice {
                 .ok()
                 .and_then(|s| s.parse().ok()),
             kda_step2: std::env::var("DELTARULE_WGPU_KDA_STEP2")
+                .ok()
+                .and_then(|s| s.parse().ok()),
+            fuse_o: std::env::var("DELTARULE_WGPU_FUSE_O")
                 .ok()
                 .and_then(|s| s.parse().ok()),
             coop_emulate: std::env::var("DELTARULE_WGPU_COOP_EMULATE").ok().as_deref() == Some("1"),

@@ -37,6 +37,15 @@ pub fn kda_step2(wanted: Option<u32>) -> u32 {
     }
 }
 
+/// The coop kernel's state pass with the output pass folded in (`FUSE_O`,
+/// prefill_state_coop.wgsl v4): 1 unless 0 is asked for.
+pub fn fuse_o(wanted: Option<u32>) -> u32 {
+    match wanted {
+        Some(0) => 0,
+        _ => 1,
+    }
+}
+
 /// f32 words of one (chunk, head) slot of the `wsa` workspace (layout in `common.wgsl`):
 /// Wᵀ [K][64], kdec [64][K4], qdec [64][K], P [64][64], e^Γ_last [K4], and for kda Γ [64][K].
 pub fn wsa_slot(op: Op, k: usize) -> usize {
@@ -66,7 +75,9 @@ struct Batch {
 pub struct Prefill {
     intra: Arc<wgpu::ComputePipeline>,
     state: Arc<wgpu::ComputePipeline>,
-    output: Arc<wgpu::ComputePipeline>,
+    /// `None` when the coop state pass writes o itself (`fused`: FUSE_O, and it binds o16 as
+    /// binding 8, the dummy when o goes to `outs` as f32)
+    output: Option<Arc<wgpu::ComputePipeline>>,
     wsa: wgpu::Buffer,
     wsu: wgpu::Buffer,
     wsh: wgpu::Buffer,
@@ -117,16 +128,20 @@ impl Prefill {
         // writes qdecᵀ and Pᵀ, its state pass h and V_new as f16 into ws16 (OUT16) instead of
         // f32 into wsa / wsh / wsu (kda too since session 12)
         let out16 = coop;
+        // (and, by default, the coop state pass computes o itself over the h and V_new tiles it
+        // already holds: prefill_state_coop.wgsl v4, session 13)
+        let fused = coop && fuse_o(gpu.fuse_o) == 1;
         let (bv, state) = if coop {
-            let state = cache.get(
-                gpu,
-                Shader::PrefillStateCoop,
-                &[
-                    ("HEAD_K", k),
-                    ("HEAD_V", v),
-                    ("OUT16", f64::from(u8::from(out16))),
-                ],
-            )?;
+            let mut consts = vec![
+                ("HEAD_K", k),
+                ("HEAD_V", v),
+                ("OUT16", f64::from(u8::from(out16))),
+                ("FUSE_O", f64::from(u8::from(fused))),
+            ];
+            if gpu.probe != 0 {
+                consts.push(("PROBE", gpu.probe as f64));
+            }
+            let state = cache.get(gpu, Shader::PrefillStateCoop, &consts)?;
             (32, state)
         } else {
             let bv = state_tile(p.k, gpu.state_bv);
@@ -151,7 +166,11 @@ impl Prefill {
         } else {
             Shader::PrefillOutput
         };
-        let output = cache.get(gpu, output_shader, &[("HEAD_K", k), ("HEAD_V", v)])?;
+        let output = if fused {
+            None
+        } else {
+            Some(cache.get(gpu, output_shader, &[("HEAD_K", k), ("HEAD_V", v)])?)
+        };
 
         let nc = sh.tables.chunks as usize;
         let v4 = p.v.div_ceil(4) * 4;
@@ -194,6 +213,7 @@ impl Prefill {
         let (_, _, grid_n) = grid(p.seqs as u32);
         let nvt_state = p.v.div_ceil(bv) as u32;
         let nvt_out = p.v.div_ceil(64) as u32;
+        let pack_dt = if sh.o_direct { dt_code(p.out_dtype) } else { 0 };
         let mut batches = Vec::new();
         let mut hv0 = 0;
         while hv0 < p.hv {
@@ -214,6 +234,8 @@ impl Prefill {
                 state: gpu.uniform(
                     &Params {
                         nvt: nvt_state,
+                        // (the fused coop pass writes o; the others never read pack_dt)
+                        pack_dt: if fused { pack_dt } else { 0 },
                         ..common
                     }
                     .words(),
@@ -221,7 +243,7 @@ impl Prefill {
                 output: gpu.uniform(
                     &Params {
                         nvt: nvt_out,
-                        pack_dt: if sh.o_direct { dt_code(p.out_dtype) } else { 0 },
+                        pack_dt,
                         ..common
                     }
                     .words(),
@@ -250,6 +272,10 @@ impl Prefill {
         let (cx, cy, _) = grid(self.chunks);
         let (nx, ny, _) = grid(self.seqs);
         let mut v = Vec::new();
+        let o16 = match (&sh.o16, sh.o_direct) {
+            (Some(b), true) => b,
+            _ => &sh.dummy,
+        };
         for b in &self.batches {
             if self.chunks > 0 {
                 v.push(Dispatch {
@@ -274,30 +300,20 @@ impl Prefill {
                 uniform: &b.state,
                 storage: match &self.ws16 {
                     Some(w16) => vec![
-                        &sh.aux, &self.wsa, &self.wsu, &self.wsh, &set.st, &sh.outs, w16,
+                        &sh.aux, &self.wsa, &self.wsu, &self.wsh, &set.st, &sh.outs, w16, o16,
                     ],
                     None => vec![&sh.aux, &self.wsa, &self.wsu, &self.wsh, &set.st, &sh.outs],
                 },
                 groups: [nx, ny, b.hvb * self.nvt_state],
                 label: "prefill state",
             });
-            if self.chunks > 0 {
-                let mut storage = vec![
-                    &sh.aux,
-                    &self.wsa,
-                    &self.wsu,
-                    &self.wsh,
-                    &sh.outs,
-                    match (&sh.o16, sh.o_direct) {
-                        (Some(b), true) => b,
-                        _ => &sh.dummy,
-                    },
-                ];
+            if let (true, Some(output)) = (self.chunks > 0, &self.output) {
+                let mut storage = vec![&sh.aux, &self.wsa, &self.wsu, &self.wsh, &sh.outs, o16];
                 if let (true, Some(w16)) = (self.out16, &self.ws16) {
                     storage.push(w16);
                 }
                 v.push(Dispatch {
-                    pipeline: &self.output,
+                    pipeline: output,
                     uniform: &b.output,
                     storage,
                     groups: [cx, cy, b.hvb * self.nvt_out],
