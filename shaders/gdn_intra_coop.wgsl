@@ -17,15 +17,16 @@
 //   W = T (β r_k e^Γ ⊙ K) over source tiles of 32 channels: the scaled rows as f16 into s_x16
 //   (kdec = r_k e^(Γ_last − Γ) ⊙ K goes to ws16 from the same raw values), subgroup g's
 //   16 x 16 tile of the [64][32] product (rows 16 (g / 2) .., columns 16 (g % 2) ..), four
-//   k-steps, stored column-major into s_cw, then Wᵀ as f16 into ws16 (contiguous halves);
+//   k-steps, stored row-major into s_cw, then W as f16 into ws16 (row-major [64][K], the state
+//   pass's A operand layout; Wᵀ before session 13);
 //   U = T (β ⊙ V) the same way, stored straight into wsu (f32, row-major [64][V4]);
-//   qdecᵀ staged f32 in s_at as in the f32 version (the coop variant does not need s_at for T),
-//   written as f16 into ws16 (ws16_gdn.wgsl; Pᵀ too): the operands of prefill_output_coop.wgsl.
+//   qdec staged f32 in s_at as in the f32 version (the coop variant does not need s_at for T),
+//   written row-major as f16 into ws16 (P too, ws16_gdn.wgsl): the A operands of o's products.
 // Rows >= L come out zero: T's rows there are unit rows and the scaled source rows are zero.
 // The products' inputs are rounded to f16 (T, and the scaled k / v rows): the tensor-core class
 // of SPEC.md section 9, like the coop state pass; |raw k|, |raw v| above 65504 would overflow.
 //
-// qdecᵀ and Pᵀ are not written in f32 (wsa's regions for them stay unused).
+// qdec and P are not written in f32 (wsa's regions for them stay unused).
 // Needs K in {64, 128} and V a multiple of 32 (the host's coop rule), 256 invocations whose
 // subgroups of 32 are consecutive local invocation indices (Gpu::coop requires subgroup size 32;
 // the stage's entry point has no subgroup_id builtin, which the f32 variant could not take
@@ -42,15 +43,16 @@
 // 2048 + 16 wi 32 + 16 kk + r 32 + c, (32 wc + 16 + c) 32 + 16 kk + r < 4096; its s_cw partial
 // sums < 512, passes 16 wi 32 + 16 wc + r 32 + c < 2048 and reads 4 ty 32 + lc + 99 < 2048
 // (ty < 16, lc <= 28); s_x16 (16 k + r) 32 + 16 wc + c < 2048 and m 32 + cq + 7 < 2048
-// (m < 64, cq <= 24); s_cw (16 wc + c) 64 + 16 wi + r < 2048, zero tile 2048 + r 16 + c < 2304,
-// Wᵀ reads d 64 + i + 1 < 2048 (d < 32, i <= 62); ws16 halves in slot (c hvb + z) as
-// ws16_gdn.wgsl (d = c0 + d' < K; qdecᵀ rows c0 + 4 q + 3 < K); wsu rows 16 wi + r < 64,
+// (m < 64, cq <= 24); s_cw (16 wi + r) 32 + 16 wc + c < 2048, zero tile 2048 + r 16 + c < 2304,
+// W reads i 32 + d + 1 < 2048 (i < 64, d <= 30); ws16 halves in slot (c hvb + z): W
+// i K + c0 + d + 1 < 64 K (c0 + 31 < K), qdec ws16_qd + i K + c0 + 4 q + 3 < ws16_p, the rest as
+// ws16_gdn.wgsl; wsu rows 16 wi + r < 64,
 // columns c0 + 16 wc + c < V = V4 (V a multiple of 32); kdec through put_kdec (d0 + 7 < K);
 // q/k/v loads through qk_at / v_at / src4 (intra.wgsl).
 
 var<workgroup> s_t16: array<f16, 4096>;   // T [64][64], row-major
 var<workgroup> s_x16: array<f16, 2048>;   // scaled source tile [64][32], row-major
-var<workgroup> s_cw: array<f32, 2304>;    // W tile column-major [32][64], then a zero 16 x 16 tile
+var<workgroup> s_cw: array<f32, 2304>;    // W tile row-major [64][32], then a zero 16 x 16 tile
 
 // Raw row m, columns c .. c + 3 of source tile `tile`: k channels 32 tile .. for tile < K / 32,
 // then v columns 32 (tile − K / 32) ...
@@ -205,30 +207,33 @@ fn put_x16(m: u32, cq: u32, a: vec4<f32>, b: vec4<f32>) {
     s_x16[o + 7u] = f16(b.w);
 }
 
-// Wᵀ rows c0 .. c0 + 31 from s_cw as f16: pair w = tid + 256 j of the tile, channel w / 32,
-// rows 2 (w % 32) and + 1 (64 consecutive halves per channel row, whole sectors).
-fn store_w16_cols(tid: u32, c0: u32) {
+// W columns c0 .. c0 + 31 (row-major [64][K]) from the row-major [64][32] tile in s_cw as f16:
+// pair w = tid + 256 j of the tile, row w / 16, columns 2 (w % 16) and + 1 (16 invocations store
+// a row's 32 consecutive halves).
+fn store_w16_rows(tid: u32, c0: u32) {
     for (var j = 0u; j < 4u; j++) {
         let w = tid + 256u * j;
-        let d = w / 32u;
-        let i = 2u * (w % 32u);
-        let o = p_base16 + (c0 + d) * 64u + i;
-        ws16[o] = f16(s_cw[d * 64u + i]);
-        ws16[o + 1u] = f16(s_cw[d * 64u + i + 1u]);
+        let i = w / 16u;
+        let d = 2u * (w % 16u);
+        let o = p_base16 + i * HEAD_K + c0 + d;
+        ws16[o] = f16(s_cw[i * 32u + d]);
+        ws16[o + 1u] = f16(s_cw[i * 32u + d + 1u]);
     }
 }
 
-// qdecᵀ rows c0 + 4 q + e as f16 from the staged q tile (intra.wgsl's store_qd, into ws16).
+// qdec columns c0 .. c0 + 63 (row-major [64][K]) as f16 from the staged q tile: token
+// i = tid / 16 + 16 r, vec4 column q = tid % 16 (16 invocations store 64 contiguous halves of a
+// row; columns c0 + 4 q + 3 < K as c0 + 64 <= K: K is 64 or 128 here).
 fn store_qd16(tid: u32, c0: u32) {
-    let i = tid % 64u;
+    let q = tid % 16u;
     for (var r = 0u; r < 4u; r++) {
-        let q = tid / 64u + 4u * r;
+        let i = tid / 16u + 16u * r;
         let x = s_at[src_slot(i, q)];
-        let o = p_base16 + ws16_qd(HEAD_K) + (c0 + 4u * q) * 64u + i;
+        let o = p_base16 + ws16_qd(HEAD_K) + i * HEAD_K + c0 + 4u * q;
         ws16[o] = f16(x.x);
-        ws16[o + 64u] = f16(x.y);
-        ws16[o + 128u] = f16(x.z);
-        ws16[o + 192u] = f16(x.w);
+        ws16[o + 1u] = f16(x.y);
+        ws16[o + 2u] = f16(x.z);
+        ws16[o + 3u] = f16(x.w);
     }
 }
 
@@ -283,13 +288,14 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
                 let b = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 32u + 16u * wc], 32u);
                 acc = coopMultiplyAdd(a, b, acc);
             }
-            // column-major: W[i][d] at s_cw[d][i] (the offsets of both stores are named first:
-            // naga 30's SPIR-V writer panicked on an index expression inside a coopStore call)
-            let wo = 16u * wc * 64u + 16u * wi;
-            coopStore(acc, &s_cw[wo], 64u);
+            // row-major [64][32]: W[i][d] at s_cw[i][d] (the offsets of both stores are named
+            // first: naga 30's SPIR-V writer panicked on an index expression inside a coopStore
+            // call)
+            let wo = 16u * wi * 32u + 16u * wc;
+            coopStoreT(acc, &s_cw[wo], 32u);
         }
         workgroupBarrier();
-        store_w16_cols(tid, c0);
+        store_w16_rows(tid, c0);
     }
     // U tiles, straight into wsu
     for (var tile = 0u; tile < nu; tile++) {
@@ -316,7 +322,7 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
         }
         workgroupBarrier();
     }
-    // qdecᵀ: 64-channel tiles of q staged in f32 (s_at is free: T lives in s_t16 now)
+    // qdec: 64-channel tiles of q staged in f32 (s_at is free: T lives in s_t16 now)
     let ntk = (HEAD_K + 63u) / 64u;
     let ntv = (V4 + 63u) / 64u;
     let sm = tid / 16u;

@@ -368,14 +368,18 @@ fn store_u_row(o: u32, x: vec4<f32>, live: bool) {
 
 // qdecᵀ rows c0 + 4 q + e (< K) from the staged q tile: invocation tid reads token i = tid % 64,
 // vec4 columns q = tid / 64 + 4 r, and stores 64 contiguous tokens per row across the warp.
+// (The coop variant writes qdec row-major as f16 instead: ws16_on.wgsl's store_qd16_tile.)
 fn store_qd(base_qd: u32, tid: u32, c0: u32) {
+    if (store_qd16_tile(tid, c0)) {
+        return;
+    }
     let i = tid % 64u;
     for (var r = 0u; r < 4u; r++) {
         let q = tid / 64u + 4u * r;
         let x = s_at[src_slot(i, q)];
         for (var e = 0u; e < 4u; e++) {
             let d = c0 + 4u * q + e;
-            if (d < HEAD_K && !put_qd16(d, i, x[e])) {
+            if (d < HEAD_K) {
                 wsa[base_qd + d * 64u + i] = x[e];
             }
         }

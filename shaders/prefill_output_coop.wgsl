@@ -1,14 +1,14 @@
 // prefill_output_coop.wgsl: the output pass of prefill_output.wgsl (same grid, same writer of o,
 // prelude output.wgsl) with its two products on cooperative matrices, for gdn in the `coop`
-// kernel: O = qdec·h[c] + P·V_new over f16 operands the intra stage (qdecᵀ, Pᵀ) and the state
+// kernel: O = qdec·h[c] + P·V_new over f16 operands the intra stage (qdec, P) and the state
 // pass (h, V_new; OUT16 = 1) wrote into ws16 (binding 7, slot layout common.wgsl's ws16_slot),
 // read by the matrix operations straight from storage: no staging, one barrier. 16 x 16 x 16
 // tiles, f16 operands, f32 accumulation (the tensor-core class of SPEC.md section 9).
 //
 // Grid: x + y * grid_c = chunk c, z = (hv − hv0) * nvt + value tile (nvt = ceil(V / 64)).
 // Subgroup g (of 8) computes rows 16 (g / 2) .. and columns 32 (g % 2) .. + 31 of the chunk's
-// 64 x 64 o tile as two C tiles: K / 16 k-steps of qdec·h (qdec read column-major from qdecᵀ,
-// h row-major) then 4 of P·V_new (P column-major from Pᵀ, which is zero above the diagonal and
+// 64 x 64 o tile as two C tiles: K / 16 k-steps of qdec·h (qdec read row-major from qdec
+// [64][K], h row-major) then 4 of P·V_new (P row-major from P [64][64], zero above the diagonal and
 // beyond the chunk; V_new rows beyond the chunk are zero). The tile goes through s_o to put_o4
 // (rows < L, columns < V).
 //
@@ -17,8 +17,8 @@
 // drops them (e >= V).
 //
 // SAFETY (unchecked module): c < chunks and t0 + L <= T from the chunk table; ws16 reads in slot
-// (c hvb + z) of ws16_slot(K, V) halves, sized by the host: qdecᵀ ws16_qd + (16 k + r) 64 +
-// 16 wi + c < ws16_p (k < K / 16); Pᵀ ws16_p + (16 k + r) 64 + 16 wi + c < ws16_h (k < 4);
+// (c hvb + z) of ws16_slot(K, V) halves, sized by the host: qdec ws16_qd + (16 wi + r) K +
+// 16 k + c < ws16_p (k < K / 16); P ws16_p + (16 wi + r) 64 + 16 k + c < ws16_h (k < 4);
 // h ws16_h + (16 k + r) V + eb + 16 + c < ws16_vn and V_new ws16_vn + (16 k + r) V + eb + 16 + c
 // < ws16_vn + 64 V, with eb = min(e0 + 32 (g % 2), V − 32) so eb + 32 <= V; s_o tiles inside
 // [64][64]; s_zero 256 floats.
@@ -66,14 +66,14 @@ fn main(
     var acc0 = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
     var acc1 = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
     for (var k = 0u; k < K / 16u; k++) {
-        let a = coopLoad<coop_mat16x16<f16, A>>(&ws16[qd + 16u * k * 64u + 16u * wi], 64u);
+        let a = coopLoadT<coop_mat16x16<f16, A>>(&ws16[qd + 16u * wi * K + 16u * k], K);
         let b0 = coopLoadT<coop_mat16x16<f16, B>>(&ws16[hh + 16u * k * V + eb], V);
         let b1 = coopLoadT<coop_mat16x16<f16, B>>(&ws16[hh + 16u * k * V + eb + 16u], V);
         acc0 = coopMultiplyAdd(a, b0, acc0);
         acc1 = coopMultiplyAdd(a, b1, acc1);
     }
     for (var k = 0u; k < 4u; k++) {
-        let a = coopLoad<coop_mat16x16<f16, A>>(&ws16[pp + 16u * k * 64u + 16u * wi], 64u);
+        let a = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pp + 1024u * wi + 16u * k], 64u);
         let b0 = coopLoadT<coop_mat16x16<f16, B>>(&ws16[vn + 16u * k * V + eb], V);
         let b1 = coopLoadT<coop_mat16x16<f16, B>>(&ws16[vn + 16u * k * V + eb + 16u], V);
         acc0 = coopMultiplyAdd(a, b0, acc0);

@@ -6,7 +6,7 @@
 // running state, U, V_new in the workspace, h and every sum stay f32).
 //
 // v2: W and kdec come as f16 from ws16 (binding 7), written by the intra stage (slot layout:
-// common.wgsl's ws16_slot; Wᵀ [K][64], then kdec [64][K]), and the matrix operations read them
+// common.wgsl's ws16_slot; then Wᵀ [K][64] and kdec [64][K]), and the matrix operations read them
 // straight from storage: no staging through workgroup memory (v1 staged the f32 wsa parts as
 // f16 in four stages of two barriers each per chunk; 1.19 ms at gdn 16/32 1x8192). Per chunk:
 //   S as f16 into s_s16; barrier;
@@ -37,6 +37,11 @@
 // output pass (DELTARULE_WGPU_FUSE_O=0). Workgroup memory is unchanged (29 KiB: lavapipe's
 // 32 KiB still holds it, so CI's emulation runs it).
 //
+// Since session 13 the intra stages store the A operands row-major (W [64][K], kdecᵀ [K][64],
+// qdec [64][K], P [64][64]) and every matrix load here is row-major (coopLoadT): loading only
+// the W tiles that way, as a timing probe over the old layout, took the pass from 1.021 to
+// 0.945 ms on the H200 (gdn and kda 1x8192).
+//
 // Needs: K in {64, 128}, V a multiple of 32 (the host's coop rule), BV = 32 (the prelude's
 // default; the host passes no BV), 256 invocations in 8 subgroups of 32 (Gpu::coop checks the
 // adapter's subgroup size). Every cooperative-matrix operation runs in workgroup-uniform control
@@ -52,14 +57,14 @@
 // SAFETY (unchecked module): as prefill_state.wgsl for wsa (e^Γ_last), wsu, wsh, st and outs (U
 // and V_new columns e_v + 7 < V because V is a multiple of 32 and vt < V / 32). ws16 reads stay
 // in slot (c hvb + z) of ws16_slot(K, V) halves, which the host sized for hvb x chunks
-// slots: W tiles at (16 k + c) 64 + 16 wi + r < 64 K (k < K / 16, wi < 4; r, c < 16), kdec tiles
-// at 64 K + (16 k + c) K + 16 td + r < 128 K (k < 4, td < K / 16); with OUT16 (gdn slots only)
+// slots: W tiles at (16 wi + r) K + 16 k + c < 64 K (k < K / 16, wi < 4; r, c < 16), kdecᵀ
+// tiles at 64 K + (16 td + r) 64 + 16 k + c < 128 K (k < 4, td < K / 16); with OUT16
 // h at ws16_h + (d_s + 3) V + e_s + 3 < ws16_vn (d_s + 3 < K, e_s + 3 < V) and V_new at
 // ws16_vn + vi V + e_v + 3 < ws16_vn + 64 V (vi < 64, e_v + 3 < V). Workgroup indices: s_s16
 // (16 k + r) 32 + 16 wc + c < 32 K <= 4096; s_v16 (16 k + r) 32 + 16 wc + c < 2048; s_c tiles
 // inside [64][32] (W·S, o) and [K][32] (ΔS); S copy rows d_s + 3 < K; V_new rows vi < 64,
-// columns vc + 7 < 32. FUSE_O: qdecᵀ tiles at ws16_qd + (16 k + r) 64 + 16 wi + c < ws16_p
-// (k < K / 16) and Pᵀ tiles at ws16_p + (16 k + r) 64 + 16 wi + c < ws16_h (k < 4), in the same
+// columns vc + 7 < 32. FUSE_O: qdec tiles at ws16_qd + (16 wi + r) K + 16 k + c < ws16_p
+// (k < K / 16) and P tiles at ws16_p + (16 wi + r) 64 + 16 k + c < ws16_h (k < 4), in the same
 // slot; put_o8 writes rows vi < L of the chunk (t0 + vi < T from the chunk table) and columns
 // e_v .. e_v + 7 < V (as for U): outs[off_o + ((t0 + vi) HV + hv) V + e] (f32), or the 16-bit
 // pairs of o16 when pack_dt is set ((t0 + vi) HV + hv) V + e_v is even: V and e_v are multiples
@@ -72,11 +77,6 @@
 override OUT16: u32 = 0u;
 // 1: the output pass folded in (v4, see above); 0: v3, h and V_new stored for an output pass.
 override FUSE_O: u32 = 0u;
-
-// Diagnosis only (DELTARULE_WGPU_PROBE bit 128, 0 in production): the W tiles are loaded
-// row-major (coopLoadT over the same 16 x 16 footprint, in range, wrong products) to time what
-// the column-major storage loads of the A operands cost.
-override PROBE: u32 = 0u;
 
 // o as the caller's 16-bit dtype (FUSE_O with pack_dt set; else a dummy binding)
 @group(0) @binding(8) var<storage, read_write> o16: array<u32>;
@@ -280,7 +280,7 @@ fn main(
     var kb1: coop_mat16x16<f16, A>;
     var kb2: coop_mat16x16<f16, A>;
     var kb3: coop_mat16x16<f16, A>;
-    // FUSE_O: the qdecᵀ tiles (beside W) and Pᵀ tiles (beside kdec) of o's products
+    // FUSE_O: the qdec tiles (beside W) and P tiles (beside kdecᵀ) of o's products
     var qa0: coop_mat16x16<f16, A>;
     var qa1: coop_mat16x16<f16, A>;
     var qa2: coop_mat16x16<f16, A>;
@@ -308,41 +308,41 @@ fn main(
         {
             let wl = (c_begin * prm.hvb + z) * ws16_slot(K, HEAD_V);
             let kl = wl + 64u * K;
-            if ((PROBE & 128u) != 0u) { wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u); } else { wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u); }
-            if ((PROBE & 128u) != 0u) { wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u); } else { wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u); }
-            if ((PROBE & 128u) != 0u) { wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u); } else { wa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u); }
-            if ((PROBE & 128u) != 0u) { wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u); } else { wa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u); }
-            ka0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * wi], K);
-            ka1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * wi], K);
-            ka2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * wi], K);
-            ka3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * wi], K);
+            wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 0u], K);
+            wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 16u], K);
+            wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 32u], K);
+            wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 48u], K);
+            ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
+            ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
+            ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 32u], 64u);
+            ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 48u], 64u);
             if (K == 128u) {
-                if ((PROBE & 128u) != 0u) { wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u); } else { wa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u); }
-                if ((PROBE & 128u) != 0u) { wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u); } else { wa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u); }
-                if ((PROBE & 128u) != 0u) { wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u); } else { wa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u); }
-                if ((PROBE & 128u) != 0u) { wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u); } else { wa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u); }
-                kb0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * (wi + 4u)], K);
-                kb1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * (wi + 4u)], K);
-                kb2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * (wi + 4u)], K);
-                kb3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * (wi + 4u)], K);
+                wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 64u], K);
+                wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 80u], K);
+                wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 96u], K);
+                wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 112u], K);
+                kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u)], 64u);
+                kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 16u], 64u);
+                kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 32u], 64u);
+                kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 48u], 64u);
             }
             if (FUSE_O == 1u) {
-                let ql = wl + ws16_qd(K) + 16u * wi;
-                let pl = wl + ws16_p(K) + 16u * wi;
-                qa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql], 64u);
-                qa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 1024u], 64u);
-                qa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 2048u], 64u);
-                qa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 3072u], 64u);
+                let ql = wl + ws16_qd(K) + 16u * wi * K;
+                let pl = wl + ws16_p(K) + 1024u * wi;
+                qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql], K);
+                qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 16u], K);
+                qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 32u], K);
+                qa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 48u], K);
                 if (K == 128u) {
-                    qa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 4096u], 64u);
-                    qa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 5120u], 64u);
-                    qa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 6144u], 64u);
-                    qa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 7168u], 64u);
+                    qa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 64u], K);
+                    qa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 80u], K);
+                    qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 96u], K);
+                    qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 112u], K);
                 }
-                pa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
-                pa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 1024u], 64u);
-                pa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 2048u], 64u);
-                pa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 3072u], 64u);
+                pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
+                pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 16u], 64u);
+                pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 32u], 64u);
+                pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 48u], 64u);
             }
         }
     }
@@ -354,7 +354,7 @@ fn main(
         let slot = c * prm.hvb + z;
         let base_u = slot * 64u * V4;
         let q_h = slot * K * V4 / 4u;
-        let w16 = slot * ws16_slot(K, HEAD_V);   // Wᵀ [K][64] halves
+        let w16 = slot * ws16_slot(K, HEAD_V);   // the slot's first half
 
         let ua = nxt.ua;
         let ub = nxt.ub;
@@ -468,41 +468,41 @@ fn main(
         {
             let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K, HEAD_V);
             let kl = wl + 64u * K;
-            if ((PROBE & 128u) != 0u) { wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u); } else { wa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi], 64u); }
-            if ((PROBE & 128u) != 0u) { wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u); } else { wa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 1024u + 16u * wi], 64u); }
-            if ((PROBE & 128u) != 0u) { wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u); } else { wa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 2048u + 16u * wi], 64u); }
-            if ((PROBE & 128u) != 0u) { wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u); } else { wa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 3072u + 16u * wi], 64u); }
-            ka0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * wi], K);
-            ka1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * wi], K);
-            ka2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * wi], K);
-            ka3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * wi], K);
+            wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 0u], K);
+            wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 16u], K);
+            wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 32u], K);
+            wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 48u], K);
+            ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
+            ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
+            ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 32u], 64u);
+            ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 48u], 64u);
             if (K == 128u) {
-                if ((PROBE & 128u) != 0u) { wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u); } else { wa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 4096u + 16u * wi], 64u); }
-                if ((PROBE & 128u) != 0u) { wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u); } else { wa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 5120u + 16u * wi], 64u); }
-                if ((PROBE & 128u) != 0u) { wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u); } else { wa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 6144u + 16u * wi], 64u); }
-                if ((PROBE & 128u) != 0u) { wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u); } else { wa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[wl + 7168u + 16u * wi], 64u); }
-                kb0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * (wi + 4u)], K);
-                kb1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 16u * K + 16u * (wi + 4u)], K);
-                kb2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 32u * K + 16u * (wi + 4u)], K);
-                kb3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[kl + 48u * K + 16u * (wi + 4u)], K);
+                wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 64u], K);
+                wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 80u], K);
+                wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 96u], K);
+                wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 112u], K);
+                kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u)], 64u);
+                kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 16u], 64u);
+                kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 32u], 64u);
+                kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 48u], 64u);
             }
             if (FUSE_O == 1u) {
-                let ql = wl + ws16_qd(K) + 16u * wi;
-                let pl = wl + ws16_p(K) + 16u * wi;
-                qa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql], 64u);
-                qa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 1024u], 64u);
-                qa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 2048u], 64u);
-                qa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 3072u], 64u);
+                let ql = wl + ws16_qd(K) + 16u * wi * K;
+                let pl = wl + ws16_p(K) + 1024u * wi;
+                qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql], K);
+                qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 16u], K);
+                qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 32u], K);
+                qa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 48u], K);
                 if (K == 128u) {
-                    qa4 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 4096u], 64u);
-                    qa5 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 5120u], 64u);
-                    qa6 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 6144u], 64u);
-                    qa7 = coopLoad<coop_mat16x16<f16, A>>(&ws16[ql + 7168u], 64u);
+                    qa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 64u], K);
+                    qa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 80u], K);
+                    qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 96u], K);
+                    qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 112u], K);
                 }
-                pa0 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
-                pa1 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 1024u], 64u);
-                pa2 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 2048u], 64u);
-                pa3 = coopLoad<coop_mat16x16<f16, A>>(&ws16[pl + 3072u], 64u);
+                pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
+                pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 16u], 64u);
+                pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 32u], 64u);
+                pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 48u], 64u);
             }
         }
         // (every invocation read the W·S tile of s_c before the last barrier)

@@ -11,7 +11,7 @@ fn store_w16(g: u32, cq: u32, c0: u32, b: Blk, l: u32) -> bool {
     return false;
 }
 
-fn put_qd16(d: u32, i: u32, x: f32) -> bool {
+fn store_qd16_tile(tid: u32, c0: u32) -> bool {
     return false;
 }
 

@@ -132,16 +132,16 @@ impl Prefill {
         // already holds: prefill_state_coop.wgsl v4, session 13)
         let fused = coop && fuse_o(gpu.fuse_o) == 1;
         let (bv, state) = if coop {
-            let mut consts = vec![
-                ("HEAD_K", k),
-                ("HEAD_V", v),
-                ("OUT16", f64::from(u8::from(out16))),
-                ("FUSE_O", f64::from(u8::from(fused))),
-            ];
-            if gpu.probe != 0 {
-                consts.push(("PROBE", gpu.probe as f64));
-            }
-            let state = cache.get(gpu, Shader::PrefillStateCoop, &consts)?;
+            let state = cache.get(
+                gpu,
+                Shader::PrefillStateCoop,
+                &[
+                    ("HEAD_K", k),
+                    ("HEAD_V", v),
+                    ("OUT16", f64::from(u8::from(out16))),
+                    ("FUSE_O", f64::from(u8::from(fused))),
+                ],
+            )?;
             (32, state)
         } else {
             let bv = state_tile(p.k, gpu.state_bv);
