@@ -351,11 +351,20 @@ fn kda_step2_variants_agree() {
 /// reference, every element written. The emulation must engage on any adapter with f16
 /// (lavapipe has it) when `DELTARULE_REQUIRE_WGPU=1`. (Keys are L2-normalised in the kernel: the
 /// coop kernel's operands are f16, and raw keys of K = 64 unit-range channels make W and S
-/// overflow it, as on the hardware; the f32 kernels take such inputs.)
+/// overflow it, as on the hardware; the f32 kernels take such inputs.) Both forms of the coop
+/// state pass run: with the output pass folded in (FUSE_O, the default; o as bf16 and as f32)
+/// and without (v3 and the coop output pass), and they agree with each other to rounding.
 #[test]
 fn coop_kernel_with_emulated_matrices_matches_the_reference() {
     let Some(emu) = open_choice(AdapterChoice {
         coop_emulate: true,
+        ..adapter()
+    }) else {
+        return;
+    };
+    let Some(unfused) = open_choice(AdapterChoice {
+        coop_emulate: true,
+        fuse_o: Some(0),
         ..adapter()
     }) else {
         return;
@@ -381,6 +390,7 @@ fn coop_kernel_with_emulated_matrices_matches_the_reference() {
     a.initial = InitialState::Dense;
     a.checkpoint_every = Some(64);
     a.l2norm = true;
+    a.out_dtype = DType::F32;
     let mut b = Problem::new(Op::Kda, Mode::Prefill, 3, 160, 2, 2, 128, 128);
     b.initial = InitialState::Pool { rows: 5 };
     b.final_state = FinalState::InPlace;
@@ -397,14 +407,24 @@ fn coop_kernel_with_emulated_matrices_matches_the_reference() {
     {
         let x = inputs(&p, &lens, 500 + seed as u64);
         let got = emu.run(Kernel::Coop, &p, &x).expect("coop run");
+        let got_u = unfused
+            .run(Kernel::Coop, &p, &x)
+            .expect("coop run, FUSE_O=0");
         let r = cpu.run(Kernel::Reference, &p, &x).expect("reference");
-        for ((name, ta), (_, tr)) in tensors(&got).into_iter().zip(tensors(&r)) {
-            assert_eq!(
-                ta.count_nonfinite(),
-                0,
-                "{p}: {name} has unwritten elements"
-            );
-            assert_close(&p, &format!("{name} ({how})"), ta, tr, 5e-3);
+        for ((name, ta), ((_, tu), (_, tr))) in tensors(&got)
+            .into_iter()
+            .zip(tensors(&got_u).into_iter().zip(tensors(&r)))
+        {
+            for (form, t) in [("fused", ta), ("unfused", tu)] {
+                assert_eq!(
+                    t.count_nonfinite(),
+                    0,
+                    "{p}: {name} ({form}) has unwritten elements"
+                );
+                assert_close(&p, &format!("{name} ({how}, {form})"), t, tr, 5e-3);
+            }
+            // (the same f16 operands in the same order: equal up to the 16-bit output rounding)
+            assert_close(&p, &format!("{name}, fused against unfused"), ta, tu, 1e-6);
         }
     }
 }
