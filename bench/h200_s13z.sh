@@ -2,7 +2,8 @@
 # bench/h200_s13z.sh: session 13, a short last call (under 5 minutes of device time were left):
 # the fused coop state pass with a chunk's kdecᵀ and P tiles loaded after its W·S products
 # (DELTARULE_WGPU_STATE_LATE=1: fewer A tiles live at once) against one chunk ahead (0, the
-# default), alternating rounds, then each pass alone; the golden diffs of the late form first.
+# default), alternating rounds, then each pass alone; the golden diffs of the late form first;
+# then the kda intra probes (committed in session 13, not yet run on the H200).
 # Prediction: if the 28 live A tiles (~112 registers) made the pass spill, LATE=1 gains
 # (state 0.97 -> ~0.85-0.9 ms); if the loads' latency is exposed instead, it loses.
 # NOT RUN in session 13: device loans were paused after five calls (250 s left). The change is
@@ -26,5 +27,10 @@ for round in 1 2; do
 done
 for late in 0 1; do
   DELTARULE_WGPU_STATE_LATE=$late timeout 60 $B bench --backend wgpu:coop --shape $S --iters 20 2>&1 | grep stages | sed "s/^/late=$late /"
+done
+echo "-- kda coop intra with parts skipped (DELTARULE_WGPU_PROBE, wrong results by design; 4: the T"
+echo "   solve, 8: step 4, 16: step 2's products), to place kda's 2.2 ms against gdn's 1.06"
+for pr in 4 8 16; do
+  DELTARULE_WGPU_PROBE=$pr timeout 40 $B bench --backend wgpu:coop --shape kda-32/32-1x8192 --iters 20 2>&1 | grep stages | sed "s/^/probe $pr /"
 done
 (cd "$OUT" && tar czf logs_s13z.tgz *.log 2>/dev/null; rm -f *.log)

@@ -52,7 +52,10 @@
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
-// Diagnosis only (DELTARULE_WGPU_PROBE): declared for the shared pipeline keys; unused here.
+// Diagnosis only (DELTARULE_WGPU_PROBE, 0 in production; results wrong by design): 4 skips the
+// T solve, 8 the step-4 stream (W, U, qdec and kdec), 16 step 2's products (its staging and Γ
+// scan stay), as in gdn_prefill_intra.wgsl, to place
+// the kda intra stage's time on the H200 (session 13: 2.2 ms against gdn's 1.06).
 override PROBE: u32 = 0u;
 // 1: step 2 through reference points (v4); 0: v3's per-element exponentials (for comparison).
 override STEP2_REF: u32 = 1u;
@@ -387,7 +390,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (STEP2_REF == 1u) {
             stage_ref(tid);
             workgroupBarrier();
-            if (tid < 96u) {
+            if ((PROBE & 16u) != 0u) {
+                // (probe: the products skipped, the staging kept)
+            } else if (tid < 96u) {
                 // below the diagonal: KT KHᵀ and QT KHᵀ, no exponential
                 let ob = off_block(tid);
                 let ra = KTB + (ob.y - 16u) / 4u;
@@ -419,7 +424,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     qk0 += qi * b;
                 }
             }
-        } else if (tx <= ty) {
+        } else if (tx <= ty && (PROBE & 16u) == 0u) {
             for (var dd = 0u; dd < 16u; dd++) {
                 let ka = row4(0u, ty * 4u, dd);
                 let qa = row4(1088u, ty * 4u, dd);
@@ -493,13 +498,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var gll = gam4_at(0u, last, sq, base_gam);
 
     // 3. T = (I + A)^-1 (intra.wgsl), left as packed triangular Tᵀ in s_x
-    solve_t(tid, L);
+    if ((PROBE & 4u) == 0u) {
+        solve_t(tid, L);
+    }
 
     // 4. One stream of 64 x 64 source tiles staged in s_at: W = T (β K e^Γ) (kind 0, which also
     //    writes kdec = k e^(Γ_last − Γ)), U = T (β V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a
     //    transpose). The product gives each invocation a 4 x 4 block (rows 4 ty .., vec4 column
     //    tx); the next tile's raw values and Γ are loaded while the current one is used.
-    for (var tile = 0u; tile < ntot; tile++) {
+    let ntiles = select(ntot, 0u, (PROBE & 8u) != 0u);
+    for (var tile = 0u; tile < ntiles; tile++) {
         var kind = 0u;
         var c0 = tile * 64u;
         if (tile >= ntk + ntv) {
