@@ -65,8 +65,9 @@ pub struct AdapterChoice {
     pub coop_emulate: bool,
     /// Diagnosis only (`DELTARULE_WGPU_PROBE`, a bit mask, 0 = off): skips parts of the intra
     /// pass to locate its time (1: the W/U stores, 2: the P stores, 4: the T solve, 8: the W/U/qdec
-    /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3; 128 was a state-pass probe
-    /// in session 13, whose finding is now the layout). Results are wrong with any of
+    /// stream, 16: the K Kᵀ / Q Kᵀ products; 1 is unused since v3; kda's stage takes 4, 8 and 16
+    /// since session 13; 128 was a state-pass probe in session 13, whose finding is now the
+    /// layout). Results are wrong with any of
     /// those set; `deltarule bench` is the only intended user.
     pub probe: u32,
 }
