@@ -591,14 +591,15 @@ pub static RULES: &[Rule] = &[
         WGPU_COOP_GDN_NEEDS,
         "WGSL chunked prefill with its products on cooperative matrices (16x16x16, f16 operands, \
          f32 accumulation): the intra stage's K Kᵀ, Q Kᵀ, W and U, the state pass's W·S and \
-         kdecᵀ·V_new, the output pass's qdec·h + P·V_new; the running state, U and sums in f32",
+         kdecᵀ·V_new and, folded into it, o = qdec·h + P·V_new; the running state, U and sums \
+         in f32",
     ),
     wgpu_coop_rule(
         "wgpu.kda.prefill.coop",
         Op::Kda,
         WGPU_COOP_NEEDS,
         "WGSL chunked prefill of kda: the f32 intra stage, then the cooperative-matrix state \
-         and output passes of wgpu.gdn.prefill.coop",
+         pass (o folded in) of wgpu.gdn.prefill.coop",
     ),
     wgpu_rule(
         "wgpu.kda.decode.recurrent",

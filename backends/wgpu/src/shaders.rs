@@ -56,12 +56,12 @@ pub enum Shader {
     /// Sequential state pass over chunks, split over value tiles (gdn and kda).
     PrefillState,
     /// The same pass with its two products on cooperative matrices (f16 operands, f32
-    /// accumulation; the `coop` kernel).
+    /// accumulation; the `coop` kernel), by default with o's products folded in (`FUSE_O`).
     PrefillStateCoop,
     /// Chunk-parallel output pass (gdn and kda).
     PrefillOutput,
-    /// The output pass on cooperative matrices over f16 operands in ws16 (gdn in the `coop`
-    /// kernel).
+    /// The output pass on cooperative matrices over f16 operands in ws16 (the `coop` kernel with
+    /// `DELTARULE_WGPU_FUSE_O=0`).
     PrefillOutputCoop,
 
     /// Token recurrence for decode (gdn and kda by the `IS_KDA` override).
