@@ -6,11 +6,12 @@
 # then the kda intra probes (committed in session 13, not yet run on the H200).
 # Prediction: if the 28 live A tiles (~112 registers) made the pass spill, LATE=1 gains
 # (state 0.97 -> ~0.85-0.9 ms); if the loads' latency is exposed instead, it loses.
-# NOT RUN in session 13: device loans were paused after five calls (250 s left). The change is
+# NOT RUN in session 13: device loans were paused after five calls (250 s left). Build the pack
+# with `bash bench/pack_s13z.sh` (checked in session 13: ~2 minutes, 2.4 MB with .gl). The change is
 # bench/patches/s13z-state-late.patch (checked here: the SPIR-V build test with LATE_B = 1, and
 # kda's coop golden cases through the emulation on lavapipe with DELTARULE_WGPU_STATE_LATE=1,
-# o 2.9e-4 to 3.0e-4 as with 0): `git apply` it, build the pack (bench/pack_s12w.sh's first
-# lines), run this, then commit the change with the numbers or drop it.
+# o 2.9e-4 to 3.0e-4 as with 0); pack_s13z.sh applies it in a worktree. Run this, then commit
+# the change with the numbers or drop it.
 # Carry: .dev/pack (bin/deltarule of the patched tree) .gl
 set -uo pipefail
 source bench/h200_env.sh
