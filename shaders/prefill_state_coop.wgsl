@@ -78,6 +78,13 @@ override OUT16: u32 = 0u;
 // 1: the output pass folded in (v4, see above); 0: v3, h and V_new stored for an output pass.
 override FUSE_O: u32 = 0u;
 
+// Tuning (DELTARULE_WGPU_STATE_LATE, the host's default 1 since session 14): 0 loads the kdecᵀ
+// (and P) tiles of a chunk one chunk ahead with W; 1 issues them after the chunk's W·S products,
+// so fewer tiles are live at once (all 28 A tiles of a chunk were, with FUSE_O: ~112 registers
+// an invocation). H200, session 14 (h200_s13z.sh, two rounds): state pass 0.967 -> 0.955 ms (gdn
+// 16/32 1 x 8192) and 0.963 -> 0.954 (kda 32/32): a small, repeatable gain.
+override LATE_B: u32 = 0u;
+
 // o as the caller's 16-bit dtype (FUSE_O with pack_dt set; else a dummy binding)
 @group(0) @binding(8) var<storage, read_write> o16: array<u32>;
 
@@ -307,28 +314,18 @@ fn main(
         nxt = chunk_in(c_begin, z, vi, e_v, sr);
         {
             let wl = (c_begin * prm.hvb + z) * ws16_slot(K, HEAD_V);
-            let kl = wl + 64u * K;
             wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 0u], K);
             wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 16u], K);
             wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 32u], K);
             wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 48u], K);
-            ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
-            ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
-            ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 32u], 64u);
-            ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 48u], 64u);
             if (K == 128u) {
                 wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 64u], K);
                 wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 80u], K);
                 wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 96u], K);
                 wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 112u], K);
-                kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u)], 64u);
-                kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 16u], 64u);
-                kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 32u], 64u);
-                kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 48u], 64u);
             }
             if (FUSE_O == 1u) {
                 let ql = wl + ws16_qd(K) + 16u * wi * K;
-                let pl = wl + ws16_p(K) + 1024u * wi;
                 qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql], K);
                 qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 16u], K);
                 qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 32u], K);
@@ -339,10 +336,26 @@ fn main(
                     qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 96u], K);
                     qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 112u], K);
                 }
-                pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
-                pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 16u], 64u);
-                pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 32u], 64u);
-                pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 48u], 64u);
+            }
+            if (LATE_B == 0u) {
+                let kl = wl + 64u * K;
+                ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
+                ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
+                ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 32u], 64u);
+                ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 48u], 64u);
+                if (K == 128u) {
+                    kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u)], 64u);
+                    kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 16u], 64u);
+                    kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 32u], 64u);
+                    kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 48u], 64u);
+                }
+                if (FUSE_O == 1u) {
+                    let pl = wl + ws16_p(K) + 1024u * wi;
+                    pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
+                    pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 16u], 64u);
+                    pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 32u], 64u);
+                    pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 48u], 64u);
+                }
             }
         }
     }
@@ -427,6 +440,27 @@ fn main(
                 acc_o = coopMultiplyAdd(qa7, h7, acc_o);
             }
         }
+        // LATE_B: this chunk's kdecᵀ (and P) tiles, issued after W·S (see LATE_B)
+        if (LATE_B == 1u) {
+            let kl = w16 + 64u * K;
+            ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
+            ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
+            ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 32u], 64u);
+            ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 48u], 64u);
+            if (K == 128u) {
+                kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u)], 64u);
+                kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 16u], 64u);
+                kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 32u], 64u);
+                kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 48u], 64u);
+            }
+            if (FUSE_O == 1u) {
+                let pl = w16 + ws16_p(K) + 1024u * wi;
+                pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
+                pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 16u], 64u);
+                pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 32u], 64u);
+                pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 48u], 64u);
+            }
+        }
         coopStoreT(acc_w, &s_c[16u * wi * 32u + 16u * wc], 32u);
         workgroupBarrier();
 
@@ -467,28 +501,18 @@ fn main(
         nxt = chunk_in(min(c + 1u, c_end - 1u), z, vi, e_v, sr);
         {
             let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K, HEAD_V);
-            let kl = wl + 64u * K;
             wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 0u], K);
             wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 16u], K);
             wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 32u], K);
             wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 48u], K);
-            ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
-            ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
-            ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 32u], 64u);
-            ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 48u], 64u);
             if (K == 128u) {
                 wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 64u], K);
                 wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 80u], K);
                 wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 96u], K);
                 wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 112u], K);
-                kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u)], 64u);
-                kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 16u], 64u);
-                kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 32u], 64u);
-                kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 48u], 64u);
             }
             if (FUSE_O == 1u) {
                 let ql = wl + ws16_qd(K) + 16u * wi * K;
-                let pl = wl + ws16_p(K) + 1024u * wi;
                 qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql], K);
                 qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 16u], K);
                 qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 32u], K);
@@ -499,10 +523,26 @@ fn main(
                     qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 96u], K);
                     qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 112u], K);
                 }
-                pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
-                pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 16u], 64u);
-                pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 32u], 64u);
-                pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 48u], 64u);
+            }
+            if (LATE_B == 0u) {
+                let kl = wl + 64u * K;
+                ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
+                ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
+                ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 32u], 64u);
+                ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 48u], 64u);
+                if (K == 128u) {
+                    kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u)], 64u);
+                    kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 16u], 64u);
+                    kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 32u], 64u);
+                    kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 48u], 64u);
+                }
+                if (FUSE_O == 1u) {
+                    let pl = wl + ws16_p(K) + 1024u * wi;
+                    pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
+                    pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 16u], 64u);
+                    pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 32u], 64u);
+                    pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 48u], 64u);
+                }
             }
         }
         // (every invocation read the W·S tile of s_c before the last barrier)

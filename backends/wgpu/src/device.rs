@@ -53,6 +53,8 @@ pub struct Gpu {
     pub kda_step2: Option<u32>,
     /// Requested coop state/output fusion (see `AdapterChoice::fuse_o`).
     pub fuse_o: Option<u32>,
+    /// Requested load point of the coop state pass's kdecᵀ and P tiles (`AdapterChoice::state_late`).
+    pub state_late: Option<u32>,
     /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
     pub probe: u32,
     /// The adapter's cooperative-matrix configurations (empty when it has none or when
@@ -202,6 +204,7 @@ impl Gpu {
             state_ws: choice.state_ws,
             kda_step2: choice.kda_step2,
             fuse_o: choice.fuse_o,
+            state_late: choice.state_late,
             probe: choice.probe,
             coop_props,
             coop,

@@ -59,6 +59,10 @@ pub struct AdapterChoice {
     /// tuning knob): 1 = prefill_state_coop.wgsl v4 (FUSE_O), 0 = v3 and a separate output pass.
     /// `None` picks 1.
     pub fuse_o: Option<u32>,
+    /// When the coop state pass loads a chunk's kdecᵀ and P tiles (`DELTARULE_WGPU_STATE_LATE`, a
+    /// tuning knob): 0 = one chunk ahead with W, 1 = after the chunk's W·S products (fewer A tiles live; H200,
+    /// session 14: state pass 0.967 -> 0.955 ms at gdn 16/32 1 x 8192). `None` picks 1.
+    pub state_late: Option<u32>,
     /// Tests only (`DELTARULE_WGPU_COOP_EMULATE=1`): on an adapter without cooperative matrices,
     /// run the `coop` stages rewritten into plain WGSL (src/emulate.rs) and offer the `coop`
     /// kernel, so that CI's lavapipe runs them. Slow; never a production path.
@@ -92,6 +96,9 @@ impl AdapterChoice {
                 .ok()
                 .and_then(|s| s.parse().ok()),
             fuse_o: std::env::var("DELTARULE_WGPU_FUSE_O")
+                .ok()
+                .and_then(|s| s.parse().ok()),
+            state_late: std::env::var("DELTARULE_WGPU_STATE_LATE")
                 .ok()
                 .and_then(|s| s.parse().ok()),
             coop_emulate: std::env::var("DELTARULE_WGPU_COOP_EMULATE").ok().as_deref() == Some("1"),

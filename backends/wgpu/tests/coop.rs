@@ -499,6 +499,16 @@ fn every_coop_stage_builds_spirv_for_its_variants() {
                 ],
             ),
             (
+                Shader::PrefillStateCoop,
+                vec![
+                    ("HEAD_K", k),
+                    ("HEAD_V", v),
+                    ("OUT16", 1.0),
+                    ("FUSE_O", 1.0),
+                    ("LATE_B", 1.0),
+                ],
+            ),
+            (
                 Shader::PrefillOutputCoop,
                 vec![("HEAD_K", k), ("HEAD_V", v)],
             ),

@@ -140,6 +140,7 @@ impl Prefill {
                     ("HEAD_V", v),
                     ("OUT16", f64::from(u8::from(out16))),
                     ("FUSE_O", f64::from(u8::from(fused))),
+                    ("LATE_B", f64::from(u8::from(gpu.state_late != Some(0)))),
                 ],
             )?;
             (32, state)
