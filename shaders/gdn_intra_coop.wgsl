@@ -12,19 +12,24 @@
 // their columns. The whole 64 x 64 products are formed (the f32 version skips the upper
 // triangle); put_ap masks them as before.
 //
-// Step 4:
-//   T (from the solve, intra.wgsl's t_at) as f16 [64][64] in s_t16, once;
-//   W = T (β r_k e^Γ ⊙ K) over source tiles of 32 channels: the scaled rows as f16 into s_x16
-//   (kdec = r_k e^(Γ_last − Γ) ⊙ K goes to ws16 from the same raw values), subgroup g's
-//   16 x 16 tile of the [64][32] product (rows 16 (g / 2) .., columns 16 (g % 2) ..), four
-//   k-steps, stored row-major into s_cw, then W as f16 into ws16 (row-major [64][K], the state
-//   pass's A operand layout; Wᵀ before session 13);
-//   U = T (β ⊙ V) the same way, stored straight into wsu (f32, row-major [64][V4]);
-//   qdec staged f32 in s_at as in the f32 version (the coop variant does not need s_at for T),
-//   written row-major as f16 into ws16 (P too, ws16_gdn.wgsl): the A operands of o's products.
+// Step 4 (v6, session 14; was 32-column tiles with two barriers each, W through an f32 tile in
+// s_cw and qdec staged in s_at: 20 barriers at K = V = 128, now 9):
+//   T (from the solve, intra.wgsl's t_at) as f16 [64][64] in s_t16, once, then a barrier;
+//   one stream of source tiles, rows tid / 16 + 16 r, vec4 column tid % 16 (raw_tile), the next
+//   tile's raw values loaded during the current tile's products:
+//   W = T (β r_k e^Γ ⊙ K) over 64-channel tiles: the scaled rows as f16 into s_x16 [64][64],
+//   kdec = r_k e^(Γ_last − Γ) ⊙ K staged f32 in s_at (free after the T copy) and stored from
+//   there as kdecᵀ [K][64] f16 in whole rows; subgroup g takes rows 16 (g / 2) .., columns
+//   32 (g % 2) + 16 j (j < 2) with f16 accumulators (four k-steps, so four roundings to f16
+//   besides the final one: the tensor-core class of SPEC.md section 9) stored straight into
+//   ws16 as W [64][K] row-major (the state pass's A operand);
+//   U = T (β ⊙ V) over UW-column tiles (UW = 64 when 64 divides V, else 32: the host's override)
+//   with f32 accumulators stored straight into wsu (f32, row-major [64][V4]);
+//   qdec = scale r_q e^Γ ⊙ q written as f16 row-major [64][K] into ws16 from the raw q values (no
+//   staging, no barrier: the first q tile is the stream's last prefetch). P is ws16_gdn.wgsl's.
 // Rows >= L come out zero: T's rows there are unit rows and the scaled source rows are zero.
-// The products' inputs are rounded to f16 (T, and the scaled k / v rows): the tensor-core class
-// of SPEC.md section 9, like the coop state pass; |raw k|, |raw v| above 65504 would overflow.
+// The products' inputs are rounded to f16 (T, and the scaled k / v rows), like the coop state
+// pass; |raw k|, |raw v| above 65504 would overflow.
 //
 // qdec and P are not written in f32 (wsa's regions for them stay unused).
 // Needs K in {64, 128} and V a multiple of 32 (the host's coop rule), 256 invocations whose
@@ -32,27 +37,36 @@
 // the stage's entry point has no subgroup_id builtin, which the f32 variant could not take
 // without the subgroup feature, so g = tid / 32: NVIDIA's warps, the only adapter with
 // cooperative matrices here). Every cooperative-matrix operation runs in workgroup-uniform
-// control flow (loops over override constants; the stage calls gdn_step4 under an override test).
-// Workgroup memory added to the stage's 27 KiB: s_t16 8 KiB, s_x16 4 KiB, s_cw 9 KiB (48,656
-// bytes in all, under NVIDIA's 48 KiB). The stage's 8-byte chunk-range variable became 16 bytes
+// control flow (loops and tests over override constants and the tile counter; the stage calls
+// gdn_step4 under an override test).
+// Workgroup memory: the stage's s_at 16,640 bytes, its s_x 4,096 (SX_VEC4 = 256 here: only the
+// solve's scratch, < 1024 scalars), row arrays 1,792 and s_meta 16, plus s_t16 8 KiB, s_x16
+// 8 KiB, s_cw 9 KiB: 48,144 bytes in all, under NVIDIA's 48 KiB (was 48,656 with a 544-vec4 s_x
+// and a [64][32] s_x16). The stage's 8-byte chunk-range variable became 16 bytes
 // with this file: with it at 8 bytes both products were wrong on the H200 (and right as scalar
-// sums over the same operands, PROBE 32 | 64), as in the state pass in session 3.
+// sums over the same operands), as in the state pass in session 3.
 //
 // SAFETY (unchecked module): s_t16 indices 16 wi 64 + 16 k + r 64 + c < 4096 (wi, k < 4;
-// r, c < 16) and idx < 4096; step 2's staging m 32 + cq + 7 < 2048 (+ 2048 for q) and its tiles
-// 2048 + 16 wi 32 + 16 kk + r 32 + c, (32 wc + 16 + c) 32 + 16 kk + r < 4096; its s_cw partial
-// sums < 512, passes 16 wi 32 + 16 wc + r 32 + c < 2048 and reads 4 ty 32 + lc + 99 < 2048
-// (ty < 16, lc <= 28); s_x16 (16 k + r) 32 + 16 wc + c < 2048 and m 32 + cq + 7 < 2048
-// (m < 64, cq <= 24); s_cw (16 wi + r) 32 + 16 wc + c < 2048, zero tile 2048 + r 16 + c < 2304,
-// W reads i 32 + d + 1 < 2048 (i < 64, d <= 30); ws16 halves in slot (c hvb + z): W
-// i K + c0 + d + 1 < 64 K (c0 + 31 < K), qdec ws16_qd + i K + c0 + 4 q + 3 < ws16_p, the rest as
-// ws16_gdn.wgsl; wsu rows 16 wi + r < 64,
-// columns c0 + 16 wc + c < V = V4 (V a multiple of 32); kdec through put_kdec (d0 + 7 < K);
-// q/k/v loads through qk_at / v_at / src4 (intra.wgsl).
+// r, c < 16), the zero block 16 + r 64 + c < 4096 and idx < 4096; step 2's staging m 32 + cq + 7
+// < 2048 (+ 2048 for q) and its tiles 2048 + 16 wi 32 + 16 kk + r 32 + c, (32 wc + 16 + c) 32 +
+// 16 kk + r < 4096; its s_cw partial sums < 512, passes 16 wi 32 + 16 wc + r 32 + c < 2048 and
+// reads 4 ty 32 + lc + 99 < 2048 (ty < 16, lc <= 28); step 4's s_x16 m 64 + 4 q + 3 < 4096
+// (m < 64, q < 16) and (16 k + r) 64 + 32 wc + 16 j + c < 4096; the kdec staging in s_at
+// (4 q + e) 65 + m <= 4158 < 4160 and its reads d 65 + mm + 1 <= 4158 (d < 64, mm <= 62); zero
+// tile s_cw 2048 + r 16 + c < 2304; ws16 halves in slot (c hvb + z): W (16 wi + r) K + c0 +
+// 32 wc + 16 j + c < 64 K (c0 + 64 <= K), kdecᵀ 64 K + (c0 + d) 64 + mm + 1 < 128 K, qdec
+// ws16_qd + m K + c0 + 4 q + 3 < ws16_p (c0 + 64 <= K), the rest as ws16_gdn.wgsl; wsu rows
+// 16 wi + r < 64, columns c0 + 16 (nj wc + j) + c < c0 + UW <= V = V4; q/k/v loads through
+// qk4_at / v4_at (intra.wgsl: zero past K, V and L).
+
+// Step 4's U tile width: 64 when 64 divides V, else 32 (the host sets it; V is a multiple of 32).
+override UW: u32 = 64u;
+// The stage's s_x (gdn_prefill_intra.wgsl) holds only the solve's scratch here.
+const SX_VEC4: u32 = 256u;
 
 var<workgroup> s_t16: array<f16, 4096>;   // T [64][64], row-major
-var<workgroup> s_x16: array<f16, 2048>;   // scaled source tile [64][32], row-major
-var<workgroup> s_cw: array<f32, 2304>;    // W tile row-major [64][32], then a zero 16 x 16 tile
+var<workgroup> s_x16: array<f16, 4096>;   // scaled source tile [64][64], row-major
+var<workgroup> s_cw: array<f32, 2304>;    // step 2's passes [64][32], then a zero 16 x 16 tile
 
 // Raw row m, columns c .. c + 3 of source tile `tile`: k channels 32 tile .. for tile < K / 32,
 // then v columns 32 (tile − K / 32) ...
@@ -186,67 +200,78 @@ fn gdn_dots(tid: u32, t0: u32, l: u32, h: u32, pre: Pre2) -> Dots {
     return r;
 }
 
-// The first source tile (k channels 0..31): row tid / 4, columns 8 (tid % 4) .. + 7 in r0, r1.
+// Raw row m, columns 4 q .. 4 q + 3 of step 4's source tile `tile` (v6): k channels 64 tile ..
+// for tile < K / 64, then v columns UW (tile − K / 64) .. (UW-wide U tiles; a 32-wide tile's
+// staged columns 32..63 are the next tile's or zeros past V, staged and never used), then q
+// channels 64 (tile − K / 64 − V / UW) .. (the qdec tiles, from registers).
+fn raw64(tile: u32, m: u32, q: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f32> {
+    let nw = HEAD_K / 64u;
+    let nu = HEAD_V / UW;
+    if (tile < nw) {
+        return qk4_at(1u, m, 64u * tile + 4u * q, t0, l, h);
+    }
+    if (tile < nw + nu) {
+        return v4_at(m, UW * (tile - nw) + 4u * q, t0, l, hv);
+    }
+    return qk4_at(0u, m, 64u * (tile - nw - nu) + 4u * q, t0, l, h);
+}
+
+// Tile `tile` of the stream for rows tid / 16 + 16 r (r < 4, the fields), vec4 column tid % 16
+// (16 lanes load a 64-column row's 128 or 256 contiguous bytes).
+fn raw_tile(tile: u32, tid: u32, t0: u32, l: u32, h: u32, hv: u32) -> Src4 {
+    let sm = tid / 16u;
+    let sq = tid % 16u;
+    return Src4(raw64(tile, sm, sq, t0, l, h, hv), raw64(tile, sm + 16u, sq, t0, l, h, hv),
+        raw64(tile, sm + 32u, sq, t0, l, h, hv), raw64(tile, sm + 48u, sq, t0, l, h, hv));
+}
+
+// The first source tile (k channels 0..63), loaded by the stage during the solve.
 fn gdn_step4_first(tid: u32, t0: u32, l: u32, h: u32, hv: u32) -> Src4 {
-    let m = tid / 4u;
-    let cq = 8u * (tid % 4u);
-    return Src4(coop_raw(0u, m, cq, t0, l, h, hv), coop_raw(0u, m, cq + 4u, t0, l, h, hv),
-        vec4<f32>(0.0), vec4<f32>(0.0));
+    return raw_tile(0u, tid, t0, l, h, hv);
 }
 
-// Scaled source row m, columns cq .. cq + 7 as f16.
-fn put_x16(m: u32, cq: u32, a: vec4<f32>, b: vec4<f32>) {
-    let o = m * 32u + cq;
-    s_x16[o] = f16(a.x);
-    s_x16[o + 1u] = f16(a.y);
-    s_x16[o + 2u] = f16(a.z);
-    s_x16[o + 3u] = f16(a.w);
-    s_x16[o + 4u] = f16(b.x);
-    s_x16[o + 5u] = f16(b.y);
-    s_x16[o + 6u] = f16(b.z);
-    s_x16[o + 7u] = f16(b.w);
+// Scaled source row m, columns 4 q .. 4 q + 3 as f16 into the [64][64] tile s_x16.
+fn put_x16(m: u32, q: u32, x: vec4<f32>) {
+    let o = m * 64u + 4u * q;
+    s_x16[o] = f16(x.x);
+    s_x16[o + 1u] = f16(x.y);
+    s_x16[o + 2u] = f16(x.z);
+    s_x16[o + 3u] = f16(x.w);
 }
 
-// W columns c0 .. c0 + 31 (row-major [64][K]) from the row-major [64][32] tile in s_cw as f16:
-// pair w = tid + 256 j of the tile, row w / 16, columns 2 (w % 16) and + 1 (16 invocations store
-// a row's 32 consecutive halves).
-fn store_w16_rows(tid: u32, c0: u32) {
-    for (var j = 0u; j < 4u; j++) {
+// kdec row m, tile columns 4 q .. 4 q + 3, staged f32 in s_at as [64 columns][65] (row stride
+// 65: the 16 column groups of a warp's store fall on different banks).
+fn put_kd(m: u32, q: u32, x: vec4<f32>) {
+    let o = 4u * q * 65u + m;
+    at_set(o, x.x);
+    at_set(o + 65u, x.y);
+    at_set(o + 130u, x.z);
+    at_set(o + 195u, x.w);
+}
+
+// kdecᵀ rows c0 .. c0 + 63 (channels; [K][64] f16, the state pass's A operand of ΔS) from the
+// staged tile: pair w = tid + 256 j, channel row w / 32, tokens 2 (w % 32) and + 1, so a warp
+// stores a row's 64 consecutive halves.
+fn store_kd16(tid: u32, c0: u32) {
+    for (var j = 0u; j < 8u; j++) {
         let w = tid + 256u * j;
-        let i = w / 16u;
-        let d = 2u * (w % 16u);
-        let o = p_base16 + i * HEAD_K + c0 + d;
-        ws16[o] = f16(s_cw[i * 32u + d]);
-        ws16[o + 1u] = f16(s_cw[i * 32u + d + 1u]);
+        let d = w / 32u;
+        let mm = 2u * (w % 32u);
+        let o = p_base16 + 64u * HEAD_K + (c0 + d) * 64u + mm;
+        ws16[o] = f16(at_get(d * 65u + mm));
+        ws16[o + 1u] = f16(at_get(d * 65u + mm + 1u));
     }
 }
 
-// qdec columns c0 .. c0 + 63 (row-major [64][K]) as f16 from the staged q tile: token
-// i = tid / 16 + 16 r, vec4 column q = tid % 16 (16 invocations store 64 contiguous halves of a
-// row; columns c0 + 4 q + 3 < K as c0 + 64 <= K: K is 64 or 128 here).
-fn store_qd16(tid: u32, c0: u32) {
-    let q = tid % 16u;
-    for (var r = 0u; r < 4u; r++) {
-        let i = tid / 16u + 16u * r;
-        let x = s_at[src_slot(i, q)];
-        let o = p_base16 + ws16_qd(HEAD_K) + i * HEAD_K + c0 + 4u * q;
-        ws16[o] = f16(x.x);
-        ws16[o + 1u] = f16(x.y);
-        ws16[o + 2u] = f16(x.z);
-        ws16[o + 3u] = f16(x.w);
-    }
-}
-
-// Diagnosis only (DELTARULE_WGPU_PROBE bits 32 for W, 64 for U): the tile product as scalar f32
-// sums over the same f16 operands, C[i][cq + e] for row i = tid / 4, e < 8.
-fn scalar_tile(tid: u32, e: u32) -> f32 {
-    let i = tid / 4u;
-    let c = 8u * (tid % 4u) + e;
-    var s = 0.0;
-    for (var mm = 0u; mm < 64u; mm++) {
-        s += f32(s_t16[i * 64u + mm]) * f32(s_x16[mm * 32u + c]);
-    }
-    return s;
+// qdec row m, channels c0 + 4 q .. + 3 (row-major [64][K] f16, the A operand of o's q·h) straight
+// from the raw q values: no staging (16 lanes store a row's 64 contiguous halves).
+fn put_qd16(m: u32, q: u32, c0: u32, x: vec4<f32>) {
+    let y = s_fq[m] * x;
+    let o = p_base16 + ws16_qd(HEAD_K) + m * HEAD_K + c0 + 4u * q;
+    ws16[o] = f16(y.x);
+    ws16[o + 1u] = f16(y.y);
+    ws16[o + 2u] = f16(y.z);
+    ws16[o + 3u] = f16(y.w);
 }
 
 fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u32,
@@ -254,87 +279,99 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
     let sg = tid / 32u;
     let wi = sg / 2u;
     let wc = sg % 2u;
-    let m = tid / 4u;
-    let cq = 8u * (tid % 4u);
-    let nw = HEAD_K / 32u;
-    let nu = HEAD_V / 32u;
+    let sm = tid / 16u;
+    let sq = tid % 16u;
+    let nw = HEAD_K / 64u;
+    let nu = HEAD_V / UW;
+    let nj = UW / 32u;   // U output tiles per subgroup (W: 2)
     let V4 = k4(HEAD_V);
-    // T as f16 (T[i][m'] at s_at[m'][i]; the solve ended with a barrier) and the zero tile
+    // T as f16 (T[i][m'] at s_at[m'][i]; the solve ended with a barrier) and the f32 zero tile;
+    // then a barrier: the first tile's kdec staging overwrites s_at
     for (var idx = tid; idx < 4096u; idx += 256u) {
         s_t16[idx] = f16(t_at(idx / 64u, idx % 64u, l));
     }
     s_cw[2048u + tid] = 0.0;
-    var ra = pre.r0;
-    var rb = pre.r1;
-    // W (and kdec) tiles; the next tile's raw values load during the product
+    workgroupBarrier();
+    // (two loops, not one with a test on the tile counter: naga's uniformity analysis counts a
+    // local variable's value as non-uniform, and matrix operations need uniform control flow)
+    var x = pre;
     for (var tile = 0u; tile < nw; tile++) {
-        let c0 = 32u * tile;
-        let fd = s_fd[m];
-        let fk = s_fk[m];
-        put_kdec(base_kd, m, c0 + cq, fd * ra);
-        put_kdec(base_kd, m, c0 + cq + 4u, fd * rb);
-        put_x16(m, cq, fk * ra, fk * rb);
+        // stage: β r_k e^Γ k rows as f16; kdec = r_k e^(Γ_last − Γ) k into s_at
+        let c0 = 64u * tile;
+        put_kd(sm, sq, s_fd[sm] * x.r0);
+        put_kd(sm + 16u, sq, s_fd[sm + 16u] * x.r1);
+        put_kd(sm + 32u, sq, s_fd[sm + 32u] * x.r2);
+        put_kd(sm + 48u, sq, s_fd[sm + 48u] * x.r3);
+        put_x16(sm, sq, s_fk[sm] * x.r0);
+        put_x16(sm + 16u, sq, s_fk[sm + 16u] * x.r1);
+        put_x16(sm + 32u, sq, s_fk[sm + 32u] * x.r2);
+        put_x16(sm + 48u, sq, s_fk[sm + 48u] * x.r3);
         workgroupBarrier();
-        ra = coop_raw(tile + 1u, m, cq, t0, l, h, hv);
-        rb = coop_raw(tile + 1u, m, cq + 4u, t0, l, h, hv);
-        if ((PROBE & 32u) != 0u) {
-            for (var e = 0u; e < 8u; e++) {
-                s_cw[(cq + e) * 64u + m] = scalar_tile(tid, e);
-            }
-        } else {
-            var acc = coopLoadT<coop_mat16x16<f32, C>>(&s_cw[2048u], 16u);
-            for (var k = 0u; k < 4u; k++) {
-                let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-                let b = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 32u + 16u * wc], 32u);
-                acc = coopMultiplyAdd(a, b, acc);
-            }
-            // row-major [64][32]: W[i][d] at s_cw[i][d] (the offsets of both stores are named
-            // first: naga 30's SPIR-V writer panicked on an index expression inside a coopStore
-            // call)
-            let wo = 16u * wi * 32u + 16u * wc;
-            coopStoreT(acc, &s_cw[wo], 32u);
+        // the next tile's raw values load during the products
+        x = raw_tile(tile + 1u, tid, t0, l, h, hv);
+        // f16 accumulators (from T's zero block: rows 0..15, columns 16..31) stored straight
+        // into ws16, row-major [64][K]: no f32 round trip through s_cw
+        var a0 = coopLoadT<coop_mat16x16<f16, C>>(&s_t16[16u], 64u);
+        var a1 = a0;
+        for (var k = 0u; k < 4u; k++) {
+            let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 64u + 32u * wc], 64u);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(
+                &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
+            a0 = coopMultiplyAdd(a, b0, a0);
+            a1 = coopMultiplyAdd(a, b1, a1);
         }
+        // (offsets named first: naga 30's SPIR-V writer panicked on an index expression inside
+        // a coopStore call)
+        let wo = p_base16 + 16u * wi * HEAD_K + c0 + 32u * wc;
+        let wo1 = wo + 16u;
+        coopStoreT(a0, &ws16[wo], HEAD_K);
+        coopStoreT(a1, &ws16[wo1], HEAD_K);
+        store_kd16(tid, c0);
         workgroupBarrier();
-        store_w16_rows(tid, c0);
     }
-    // U tiles, straight into wsu
     for (var tile = 0u; tile < nu; tile++) {
-        let c0 = 32u * tile;
-        let fb = s_beta[m];
-        put_x16(m, cq, fb * ra, fb * rb);
+        // stage: β v rows as f16
+        let c0 = UW * tile;
+        put_x16(sm, sq, s_beta[sm] * x.r0);
+        put_x16(sm + 16u, sq, s_beta[sm + 16u] * x.r1);
+        put_x16(sm + 32u, sq, s_beta[sm + 32u] * x.r2);
+        put_x16(sm + 48u, sq, s_beta[sm + 48u] * x.r3);
         workgroupBarrier();
-        let nt = min(nw + tile + 1u, nw + nu - 1u);
-        ra = coop_raw(nt, m, cq, t0, l, h, hv);
-        rb = coop_raw(nt, m, cq + 4u, t0, l, h, hv);
-        if ((PROBE & 64u) != 0u) {
-            for (var e = 0u; e < 8u; e++) {
-                wsu[base_u + m * V4 + c0 + cq + e] = scalar_tile(tid, e);
+        // the next tile's raw values (after the last U tile: the first qdec tile)
+        x = raw_tile(nw + tile + 1u, tid, t0, l, h, hv);
+        // f32 accumulators stored straight into wsu (f32, row-major [64][V4])
+        var u0 = coopLoadT<coop_mat16x16<f32, C>>(&s_cw[2048u], 16u);
+        var u1 = u0;
+        for (var k = 0u; k < 4u; k++) {
+            let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(
+                &s_x16[16u * k * 64u + 16u * nj * wc], 64u);
+            u0 = coopMultiplyAdd(a, b0, u0);
+            if (UW == 64u) {
+                let b1 = coopLoadT<coop_mat16x16<f16, B>>(
+                    &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
+                u1 = coopMultiplyAdd(a, b1, u1);
             }
-        } else {
-            var acc = coopLoadT<coop_mat16x16<f32, C>>(&s_cw[2048u], 16u);
-            for (var k = 0u; k < 4u; k++) {
-                let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-                let b = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 32u + 16u * wc], 32u);
-                acc = coopMultiplyAdd(a, b, acc);
-            }
-            let uo = base_u + 16u * wi * V4 + c0 + 16u * wc;
-            coopStoreT(acc, &wsu[uo], V4);
+        }
+        let uo = base_u + 16u * wi * V4 + c0 + 16u * nj * wc;
+        coopStoreT(u0, &wsu[uo], V4);
+        if (UW == 64u) {
+            let uo1 = uo + 16u;
+            coopStoreT(u1, &wsu[uo1], V4);
         }
         workgroupBarrier();
     }
-    // qdec: 64-channel tiles of q staged in f32 (s_at is free: T lives in s_t16 now)
-    let ntk = (HEAD_K + 63u) / 64u;
-    let ntv = (V4 + 63u) / 64u;
-    let sm = tid / 16u;
-    let sq = tid % 16u;
-    for (var tile = 0u; tile < ntk; tile++) {
-        let tq = ntk + ntv + tile;
-        for (var r = 0u; r < 4u; r++) {
-            let mm = sm + 16u * r;
-            s_at[src_slot(mm, sq)] = s_fq[mm] * src4(tq, mm, sq, t0, l, h, hv);
-        }
-        workgroupBarrier();
-        store_qd16(tid, 64u * tile);
-        workgroupBarrier();
+    // qdec = scale r_q e^Γ q: the first tile from the prefetch, the second (K = 128) loaded here
+    put_qd16(sm, sq, 0u, x.r0);
+    put_qd16(sm + 16u, sq, 0u, x.r1);
+    put_qd16(sm + 32u, sq, 0u, x.r2);
+    put_qd16(sm + 48u, sq, 0u, x.r3);
+    if (HEAD_K == 128u) {
+        let y = raw_tile(nw + nu + 1u, tid, t0, l, h, hv);
+        put_qd16(sm, sq, 64u, y.r0);
+        put_qd16(sm + 16u, sq, 64u, y.r1);
+        put_qd16(sm + 32u, sq, 64u, y.r2);
+        put_qd16(sm + 48u, sq, 64u, y.r3);
     }
 }

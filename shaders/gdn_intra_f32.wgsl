@@ -19,6 +19,10 @@
 // SAFETY (unchecked module): as intra.wgsl (src4, src_slot, t_product, store_w/u/qd) with tiles
 // tn < ntot and rows < 64; step 2's s_x indices as the stage says (2 x 16 x XT scalars).
 
+// The stage's s_x (gdn_prefill_intra.wgsl): dot tiles (2 x 16 x XT scalars), the solve's
+// scratch, then the packed triangular Tᵀ (544 vec4s).
+const SX_VEC4: u32 = 544u;
+
 // Pᵀ[j][i] for the f32 output pass (the stage's put_ap).
 fn put_p(base_p: u32, i: u32, j: u32, pv: f32) {
     wsa[base_p + j * 64u + i] = pv;

@@ -54,7 +54,7 @@ var<workgroup> s_fd: array<f32, 64>;
 var<workgroup> s_fq: array<f32, 64>;
 // Tiles: Kᵀ and Qᵀ channel rows (2 x 16 x 68) for the dot products, the solve's block products,
 // or a 64 x 33 source tile for W/U/qdec.
-var<workgroup> s_x: array<vec4<f32>, 544>;
+var<workgroup> s_x: array<vec4<f32>, SX_VEC4>;   // 544 (f32 variant) or 256 (coop: the solve only)
 // 16 bytes, not 8: every workgroup variable of the coop variant is a multiple of 16 bytes (an
 // 8-byte one gave wrong cooperative-matrix products there, as in prefill_state_coop.wgsl)
 var<workgroup> s_meta: vec4<u32>;

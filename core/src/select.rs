@@ -432,10 +432,11 @@ const WGPU_COOP_NEEDS: &[Need] = &[
 ];
 
 /// gdn's coop intra stage holds T, a source tile and an output tile in f16/f32 workgroup arrays
-/// beside the f32 stage's: 48,656 bytes (shaders/gdn_intra_coop.wgsl), within NVIDIA's 48 KiB.
+/// beside the f32 stage's: 48,144 bytes (shaders/gdn_intra_coop.wgsl, v6 of session 14; 48,656
+/// before), within NVIDIA's 48 KiB.
 const WGPU_COOP_GDN_NEEDS: &[Need] = &[
     Need::StorageBuffers(9),
-    Need::WorkgroupStorage(48_656),
+    Need::WorkgroupStorage(48_144),
     Need::Invocations(256),
     Need::ShaderF16,
     Need::Subgroups,

@@ -14,7 +14,11 @@
 //!   (products of f16 values are exact in f32; only the order of the sums differs from the
 //!   hardware's): 128 multiply-adds an invocation;
 //! * `coopStore` / `coopStoreT` become a generated writer per array: each invocation writes its 8
-//!   elements;
+//!   elements (converted to the array's element type);
+//! * f16 accumulators (`coop_mat16x16<f16, C>`, gdn's coop W product since session 14) are held
+//!   in f32 like f32 ones: their loads round to f16, but the emulation does not round after each
+//!   multiply-add as the hardware does (four roundings in a 64-long sum), so it matches the
+//!   hardware's logic, not its last bits;
 //! * `@builtin(subgroup_id) sg` becomes `sg = tid / 32` (the shaders' subgroups are 32
 //!   consecutive invocations, as on NVIDIA, the only adapter that runs them for real), and the
 //!   `wgpu_cooperative_matrix` directive is dropped.
@@ -22,7 +26,7 @@
 //! It checks logic, not the hardware: driver faults such as session 3's and session 8's
 //! 8-byte workgroup variables show only on the real adapter, and so do naga's uniformity rules
 //! for matrix operations (the plain-WGSL module has none; tests/coop.rs builds the real SPIR-V
-//! of every coop stage for that). The gdn `coop` intra stage needs 48,656 bytes of workgroup
+//! of every coop stage for that). The gdn `coop` intra stage needs 48,144 bytes of workgroup
 //! memory, more than lavapipe's 32 KiB, so there only the kda `coop` kernel runs (the
 //! cooperative-matrix state and output passes, which gdn's kernel shares).
 
@@ -127,10 +131,11 @@ pub fn emulate_wgsl(source: &str) -> Result<String, String> {
     // declared matrices (`var acc: coop_mat16x16<f32, C>;`, zero like their emulation)
     let out = out
         .replace("coop_mat16x16<f32, C>", "array<f32, 8>")
+        .replace("coop_mat16x16<f16, C>", "array<f32, 8>")
         .replace("coop_mat16x16<f16, A>", "array<f32, 128>")
         .replace("coop_mat16x16<f16, B>", "array<f32, 16>");
     if out.contains("coop_mat16x16<") {
-        return Err("a matrix type other than f32 C, f16 A, f16 B".into());
+        return Err("a matrix type other than f32 or f16 C, f16 A, f16 B".into());
     }
     let out = entry_point(out)?;
     let mut helpers = String::from(MAD);

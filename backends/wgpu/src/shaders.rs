@@ -178,9 +178,10 @@ impl Shader {
     /// The override constants this stage declares (every key the host passes must be here).
     pub fn overrides(self) -> &'static [&'static str] {
         match self {
-            Shader::GdnPrefillIntra | Shader::GdnPrefillIntraCoop => {
-                &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"]
-            }
+            Shader::GdnPrefillIntra => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"],
+            Shader::GdnPrefillIntraCoop => &[
+                "HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE", "UW",
+            ],
             Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop => &[
                 "HEAD_K",
                 "HEAD_V",
@@ -191,7 +192,7 @@ impl Shader {
                 "STEP2_REF",
             ],
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
-            Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V", "OUT16"],
+            Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V", "OUT16", "FUSE_O", "LATE_B"],
             Shader::PrefillOutput | Shader::PrefillOutputCoop => &["HEAD_K", "HEAD_V"],
             Shader::Decode => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "IS_KDA"],
             Shader::Pack16 => &[],

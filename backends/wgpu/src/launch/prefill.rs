@@ -123,6 +123,10 @@ impl Prefill {
         if p.op == Op::Kda {
             consts.push(("STEP2_REF", f64::from(kda_step2(gpu.kda_step2))));
         }
+        if intra_shader == Shader::GdnPrefillIntraCoop {
+            // step 4's U tile width (gdn_intra_coop.wgsl): 64 columns where 64 divides V
+            consts.push(("UW", if p.v % 64 == 0 { 64.0 } else { 32.0 }));
+        }
         let intra = cache.get(gpu, intra_shader, &consts)?;
         // the coop kernel also runs the output pass on cooperative matrices: its intra stage
         // writes qdecᵀ and Pᵀ, its state pass h and V_new as f16 into ws16 (OUT16) instead of
