@@ -325,9 +325,13 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
         // a coopStore call)
         let wo = p_base16 + 16u * wi * HEAD_K + c0 + 32u * wc;
         let wo1 = wo + 16u;
-        coopStoreT(a0, &ws16[wo], HEAD_K);
-        coopStoreT(a1, &ws16[wo1], HEAD_K);
-        store_kd16(tid, c0);
+        if ((PROBE & 1024u) == 0u) {
+            coopStoreT(a0, &ws16[wo], HEAD_K);
+            coopStoreT(a1, &ws16[wo1], HEAD_K);
+        }
+        if ((PROBE & 256u) == 0u) {
+            store_kd16(tid, c0);
+        }
         workgroupBarrier();
     }
     for (var tile = 0u; tile < nu; tile++) {
@@ -355,23 +359,27 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
             }
         }
         let uo = base_u + 16u * wi * V4 + c0 + 16u * nj * wc;
-        coopStoreT(u0, &wsu[uo], V4);
-        if (UW == 64u) {
+        if ((PROBE & 1024u) == 0u) {
+            coopStoreT(u0, &wsu[uo], V4);
+        }
+        if (UW == 64u && (PROBE & 1024u) == 0u) {
             let uo1 = uo + 16u;
             coopStoreT(u1, &wsu[uo1], V4);
         }
         workgroupBarrier();
     }
     // qdec = scale r_q e^Γ q: the first tile from the prefetch, the second (K = 128) loaded here
-    put_qd16(sm, sq, 0u, x.r0);
-    put_qd16(sm + 16u, sq, 0u, x.r1);
-    put_qd16(sm + 32u, sq, 0u, x.r2);
-    put_qd16(sm + 48u, sq, 0u, x.r3);
-    if (HEAD_K == 128u) {
-        let y = raw_tile(nw + nu + 1u, tid, t0, l, h, hv);
-        put_qd16(sm, sq, 64u, y.r0);
-        put_qd16(sm + 16u, sq, 64u, y.r1);
-        put_qd16(sm + 32u, sq, 64u, y.r2);
-        put_qd16(sm + 48u, sq, 64u, y.r3);
+    if ((PROBE & 512u) == 0u) {
+        put_qd16(sm, sq, 0u, x.r0);
+        put_qd16(sm + 16u, sq, 0u, x.r1);
+        put_qd16(sm + 32u, sq, 0u, x.r2);
+        put_qd16(sm + 48u, sq, 0u, x.r3);
+        if (HEAD_K == 128u) {
+            let y = raw_tile(nw + nu + 1u, tid, t0, l, h, hv);
+            put_qd16(sm, sq, 64u, y.r0);
+            put_qd16(sm + 16u, sq, 64u, y.r1);
+            put_qd16(sm + 32u, sq, 64u, y.r2);
+            put_qd16(sm + 48u, sq, 64u, y.r3);
+        }
     }
 }

@@ -34,8 +34,9 @@
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
 // Diagnosis only (DELTARULE_WGPU_PROBE, 0 in production): skips parts to locate the time.
-// 2: P stores, 4: the T solve, 8: step 4, 16: step 2 sums (1: unused since v3); coop variant:
-// 32 / 64: step 4's W / U products as scalar sums (gdn_intra_coop.wgsl).
+// 2: P stores, 4: the T solve, 8: step 4, 16: step 2 sums (1: unused since v3); coop variant
+// (gdn_intra_coop.wgsl v6, session 14): 256 skips step 4's kdec staging and stores, 512 its
+// qdec stores, 1024 its W and U stores (and so the products).
 override PROBE: u32 = 0u;
 
 // bindings 0-6 (prm, aux, q, k, v, g, beta), the dtype overrides and the input loaders come from

@@ -54,7 +54,8 @@ override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
 // Diagnosis only (DELTARULE_WGPU_PROBE, 0 in production; results wrong by design): 4 skips the
 // T solve, 8 the step-4 stream (W, U, qdec and kdec), 16 step 2's products (its staging and Γ
-// scan stay), as in gdn_prefill_intra.wgsl, to place
+// scan stay), as in gdn_prefill_intra.wgsl; the variant with step 4 on cooperative matrices
+// (kda_intra_coop.wgsl) also takes gdn's 256 / 512 / 1024 (kdec, qdec, W and U stores), to place
 // the kda intra stage's time on the H200 (session 13: 2.2 ms against gdn's 1.06).
 override PROBE: u32 = 0u;
 // 1: step 2 through reference points (v4); 0: v3's per-element exponentials (for comparison).
@@ -71,7 +72,9 @@ var<workgroup> s_rk: array<f32, 64>;
 // Tiles: K, Q and Γ rows (3 x 64 x 17 scalars) for the dot products, the solve's scratch, then
 // the packed triangular Tᵀ (544 vec4s).
 var<workgroup> s_x: array<vec4<f32>, 816>;
-var<workgroup> s_meta: vec2<u32>;
+// 16 bytes, not 8: the variant with cooperative matrices (kda_intra_coop.wgsl) needs every
+// workgroup variable a multiple of 16 bytes (gdn_prefill_intra.wgsl, prefill_state_coop.wgsl)
+var<workgroup> s_meta: vec4<u32>;
 
 // q (which 0) or k (1) of chunk row i, channel d: an unconditional load (row t0, channel 0 when
 // outside the chunk or K) zeroed by selection, so a batch of these issues back to back.
@@ -259,7 +262,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let K4 = k4(K);
     let V4 = k4(V);
     if (tid == 0u) {
-        s_meta = vec2<u32>(aux[prm.aux_chunks + 4u * c], aux[prm.aux_chunks + 4u * c + 1u]);
+        s_meta = vec4<u32>(aux[prm.aux_chunks + 4u * c], aux[prm.aux_chunks + 4u * c + 1u], 0u, 0u);
     }
     let mt = workgroupUniformLoad(&s_meta);
     let t0 = mt.x;
@@ -506,7 +509,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     //    writes kdec = k e^(Γ_last − Γ)), U = T (β V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a
     //    transpose). The product gives each invocation a 4 x 4 block (rows 4 ty .., vec4 column
     //    tx); the next tile's raw values and Γ are loaded while the current one is used.
-    let ntiles = select(ntot, 0u, (PROBE & 8u) != 0u);
+    //    Where the last prelude is kda_intra_coop.wgsl (KDA_MMA4), the same on cooperative
+    //    matrices instead (kda_step4_mma).
+    var ntiles = select(ntot, 0u, (PROBE & 8u) != 0u);
+    if (KDA_MMA4) {
+        ntiles = 0u;
+        if ((PROBE & 8u) == 0u) {
+            kda_step4_mma(tid, t0, L, h, hv, base_gam, base_u, Src4(r0, r1, r2, r3),
+                Src4(g0, g1, g2, g3), gll);
+        }
+    }
     for (var tile = 0u; tile < ntiles; tile++) {
         var kind = 0u;
         var c0 = tile * 64u;

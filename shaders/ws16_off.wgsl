@@ -21,3 +21,10 @@ fn put_p16(i: u32, j: u32, pv: f32) -> bool {
 
 // solve_t (intra.wgsl) leaves the packed triangular Tᵀ in s_x: step 4 of the f32 stages reads it.
 const PACK_T: bool = true;
+
+// kda's step 4 on cooperative matrices lives in kda_intra_coop.wgsl (the coop kernel's stage where
+// the adapter has 48 KiB of workgroup memory); here the stage runs its f32 stream.
+const KDA_MMA4: bool = false;
+
+fn kda_step4_mma(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_gam: u32, base_u: u32,
+    x0: Src4, g0: Src4, gl0: vec4<f32>) {}

@@ -55,6 +55,8 @@ pub struct Gpu {
     pub fuse_o: Option<u32>,
     /// Requested load point of the coop state pass's kdecᵀ and P tiles (`AdapterChoice::state_late`).
     pub state_late: Option<u32>,
+    /// Requested kda coop intra step 4 form (`AdapterChoice::kda_mma4`).
+    pub kda_mma4: Option<u32>,
     /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
     pub probe: u32,
     /// The adapter's cooperative-matrix configurations (empty when it has none or when
@@ -205,6 +207,7 @@ impl Gpu {
             kda_step2: choice.kda_step2,
             fuse_o: choice.fuse_o,
             state_late: choice.state_late,
+            kda_mma4: choice.kda_mma4,
             probe: choice.probe,
             coop_props,
             coop,

@@ -63,6 +63,10 @@ pub struct AdapterChoice {
     /// tuning knob): 0 = one chunk ahead with W, 1 = after the chunk's W·S products (fewer A tiles live; H200,
     /// session 14: state pass 0.967 -> 0.955 ms at gdn 16/32 1 x 8192). `None` picks 1.
     pub state_late: Option<u32>,
+    /// The coop kernel's kda intra step 4 (`DELTARULE_WGPU_KDA_MMA4`, a tuning knob): 1 = on
+    /// cooperative matrices where the adapter has 47,888 bytes of workgroup memory
+    /// (kda_intra_coop.wgsl), 0 = f32 register tiles (ws16_on.wgsl). `None` picks 1.
+    pub kda_mma4: Option<u32>,
     /// Tests only (`DELTARULE_WGPU_COOP_EMULATE=1`): on an adapter without cooperative matrices,
     /// run the `coop` stages rewritten into plain WGSL (src/emulate.rs) and offer the `coop`
     /// kernel, so that CI's lavapipe runs them. Slow; never a production path.
@@ -99,6 +103,9 @@ impl AdapterChoice {
                 .ok()
                 .and_then(|s| s.parse().ok()),
             state_late: std::env::var("DELTARULE_WGPU_STATE_LATE")
+                .ok()
+                .and_then(|s| s.parse().ok()),
+            kda_mma4: std::env::var("DELTARULE_WGPU_KDA_MMA4")
                 .ok()
                 .and_then(|s| s.parse().ok()),
             coop_emulate: std::env::var("DELTARULE_WGPU_COOP_EMULATE").ok().as_deref() == Some("1"),

@@ -28,6 +28,10 @@ pub const GDN_INTRA_F32_FILE: &str = "gdn_intra_f32.wgsl";
 const GDN_INTRA_F32: &str = include_str!("../../../shaders/gdn_intra_f32.wgsl");
 pub const GDN_INTRA_COOP_FILE: &str = "gdn_intra_coop.wgsl";
 const GDN_INTRA_COOP: &str = include_str!("../../../shaders/gdn_intra_coop.wgsl");
+/// The last prelude of the `coop` kernel's kda intra stage on adapters with 48 KiB of workgroup
+/// memory: its f16 workspace and step 4 on cooperative matrices (instead of ws16_on.wgsl).
+pub const KDA_INTRA_COOP_FILE: &str = "kda_intra_coop.wgsl";
+const KDA_INTRA_COOP: &str = include_str!("../../../shaders/kda_intra_coop.wgsl");
 /// The prelude of the two state-pass stages (bindings, state loaders and writers, staging spans).
 pub const STATE_FILE: &str = "state.wgsl";
 const STATE: &str = include_str!("../../../shaders/state.wgsl");
@@ -51,8 +55,12 @@ pub enum Shader {
     /// The gdn intra stage of the `coop` kernel: Wᵀ, kdec, qdecᵀ and Pᵀ as f16 (ws16_gdn.wgsl),
     /// steps 2 and 4 on cooperative matrices (gdn_intra_coop.wgsl).
     GdnPrefillIntraCoop,
-    /// The kda intra stage of the `coop` kernel.
+    /// The kda intra stage of the `coop` kernel: W, kdecᵀ, qdec and P as f16 (ws16_on.wgsl), its
+    /// products in f32 (32 KiB of workgroup memory: lavapipe, where CI emulates the kernel).
     KdaPrefillIntraCoop,
+    /// The same stage with step 4 (W, U) on cooperative matrices (kda_intra_coop.wgsl; 47,888
+    /// bytes of workgroup memory), where the adapter has the memory (session 14).
+    KdaPrefillIntraMma,
     /// Sequential state pass over chunks, split over value tiles (gdn and kda).
     PrefillState,
     /// The same pass with its two products on cooperative matrices (f16 operands, f32
@@ -71,11 +79,12 @@ pub enum Shader {
 }
 
 impl Shader {
-    pub const ALL: [Shader; 10] = [
+    pub const ALL: [Shader; 11] = [
         Shader::GdnPrefillIntra,
         Shader::KdaPrefillIntra,
         Shader::GdnPrefillIntraCoop,
         Shader::KdaPrefillIntraCoop,
+        Shader::KdaPrefillIntraMma,
         Shader::PrefillState,
         Shader::PrefillStateCoop,
         Shader::PrefillOutput,
@@ -87,7 +96,9 @@ impl Shader {
     pub fn file_name(self) -> &'static str {
         match self {
             Shader::GdnPrefillIntra | Shader::GdnPrefillIntraCoop => "gdn_prefill_intra.wgsl",
-            Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop => "kda_prefill_intra.wgsl",
+            Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop | Shader::KdaPrefillIntraMma => {
+                "kda_prefill_intra.wgsl"
+            }
             Shader::PrefillState => "prefill_state.wgsl",
             Shader::PrefillStateCoop => "prefill_state_coop.wgsl",
             Shader::PrefillOutput => "prefill_output.wgsl",
@@ -102,7 +113,7 @@ impl Shader {
             Shader::GdnPrefillIntra | Shader::GdnPrefillIntraCoop => {
                 include_str!("../../../shaders/gdn_prefill_intra.wgsl")
             }
-            Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop => {
+            Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop | Shader::KdaPrefillIntraMma => {
                 include_str!("../../../shaders/kda_prefill_intra.wgsl")
             }
             Shader::PrefillState => include_str!("../../../shaders/prefill_state.wgsl"),
@@ -132,6 +143,9 @@ impl Shader {
                 GDN_INTRA_COOP,
             ],
             Shader::KdaPrefillIntraCoop => &[F16_DIRECTIVE, PRELUDE, INPUTS, INTRA, WS16_ON],
+            Shader::KdaPrefillIntraMma => {
+                &[COOP_DIRECTIVES, PRELUDE, INPUTS, INTRA, KDA_INTRA_COOP]
+            }
             Shader::Decode => &[PRELUDE, INPUTS],
             Shader::PrefillState => &[PRELUDE, STATE],
             Shader::PrefillStateCoop => &[COOP_DIRECTIVES, PRELUDE, STATE],
@@ -158,6 +172,7 @@ impl Shader {
         match self {
             Shader::GdnPrefillIntraCoop => "gdn_prefill_intra.wgsl (coop variant)",
             Shader::KdaPrefillIntraCoop => "kda_prefill_intra.wgsl (coop variant)",
+            Shader::KdaPrefillIntraMma => "kda_prefill_intra.wgsl (coop variant, matrix step 4)",
             s => s.file_name(),
         }
     }
@@ -166,7 +181,10 @@ impl Shader {
     pub fn coop(self) -> bool {
         matches!(
             self,
-            Shader::PrefillStateCoop | Shader::GdnPrefillIntraCoop | Shader::PrefillOutputCoop
+            Shader::PrefillStateCoop
+                | Shader::GdnPrefillIntraCoop
+                | Shader::KdaPrefillIntraMma
+                | Shader::PrefillOutputCoop
         )
     }
 
@@ -190,6 +208,16 @@ impl Shader {
                 "BETA_DT",
                 "PROBE",
                 "STEP2_REF",
+            ],
+            Shader::KdaPrefillIntraMma => &[
+                "HEAD_K",
+                "HEAD_V",
+                "QKV_DT",
+                "G_DT",
+                "BETA_DT",
+                "PROBE",
+                "STEP2_REF",
+                "UW",
             ],
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
             Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V", "OUT16", "FUSE_O", "LATE_B"],

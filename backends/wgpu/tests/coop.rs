@@ -410,6 +410,7 @@ fn the_coop_intra_variants_build_pipelines() {
         Shader::KdaPrefillIntra,
         Shader::GdnPrefillIntraCoop,
         Shader::KdaPrefillIntraCoop,
+        Shader::KdaPrefillIntraMma,
     ] {
         if s.coop() && !be.gpu().coop {
             let m = deltarule_wgpu::coop::build(s, &consts, false)
@@ -520,6 +521,38 @@ fn every_coop_stage_builds_spirv_for_its_variants() {
                     ("QKV_DT", 1.0),
                     ("G_DT", 0.0),
                     ("BETA_DT", 0.0),
+                ],
+            ),
+            (
+                Shader::GdnPrefillIntraCoop,
+                vec![
+                    ("HEAD_K", k),
+                    ("HEAD_V", v),
+                    ("QKV_DT", 1.0),
+                    ("G_DT", 0.0),
+                    ("BETA_DT", 0.0),
+                    ("UW", 32.0),
+                ],
+            ),
+            (
+                Shader::KdaPrefillIntraMma,
+                vec![
+                    ("HEAD_K", k),
+                    ("HEAD_V", v),
+                    ("QKV_DT", 1.0),
+                    ("G_DT", 0.0),
+                    ("BETA_DT", 0.0),
+                ],
+            ),
+            (
+                Shader::KdaPrefillIntraMma,
+                vec![
+                    ("HEAD_K", k),
+                    ("HEAD_V", v),
+                    ("QKV_DT", 1.0),
+                    ("G_DT", 0.0),
+                    ("BETA_DT", 0.0),
+                    ("UW", 32.0),
                 ],
             ),
         ];

@@ -4,8 +4,8 @@
 
 use deltarule_wgpu::device::wanted_features;
 use deltarule_wgpu::shaders::{
-    Shader, GDN_INTRA_COOP_FILE, GDN_INTRA_F32_FILE, INPUTS_FILE, INTRA_FILE, OUTPUT_FILE,
-    PRELUDE_FILE, STATE_FILE, WS16_GDN_FILE, WS16_OFF_FILE, WS16_ON_FILE,
+    Shader, GDN_INTRA_COOP_FILE, GDN_INTRA_F32_FILE, INPUTS_FILE, INTRA_FILE, KDA_INTRA_COOP_FILE,
+    OUTPUT_FILE, PRELUDE_FILE, STATE_FILE, WS16_GDN_FILE, WS16_OFF_FILE, WS16_ON_FILE,
 };
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -40,6 +40,7 @@ fn every_wgsl_file_is_registered_and_vice_versa() {
     registered.insert(GDN_INTRA_F32_FILE.to_string());
     registered.insert(WS16_GDN_FILE.to_string());
     registered.insert(GDN_INTRA_COOP_FILE.to_string());
+    registered.insert(KDA_INTRA_COOP_FILE.to_string());
     assert_eq!(
         on_disk, registered,
         "shaders/*.wgsl and the registry (plus the preludes) differ"

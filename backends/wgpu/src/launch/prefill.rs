@@ -29,6 +29,19 @@ pub fn state_ws(wanted: Option<u32>) -> u32 {
     }
 }
 
+/// Workgroup memory of the kda coop intra stage with step 4 on cooperative matrices
+/// (shaders/kda_intra_coop.wgsl).
+pub const KDA_MMA4_WORKGROUP_BYTES: u32 = 47_888;
+
+/// Whether the coop kernel's kda intra stage runs step 4 on cooperative matrices
+/// (`Shader::KdaPrefillIntraMma`): where the adapter has the workgroup memory for it, unless
+/// `DELTARULE_WGPU_KDA_MMA4=0` asks for the f32 step 4 (benchmarks). Lavapipe (32 KiB, CI's
+/// emulation) runs the f32 one.
+pub fn kda_mma4(gpu: &Gpu) -> bool {
+    gpu.kda_mma4 != Some(0)
+        && gpu.limits.max_compute_workgroup_storage_size >= KDA_MMA4_WORKGROUP_BYTES
+}
+
 /// kda intra step 2 (`STEP2_REF`): 1 (reference points) unless 0 is asked for.
 pub fn kda_step2(wanted: Option<u32>) -> u32 {
     match wanted {
@@ -108,6 +121,7 @@ impl Prefill {
             (Op::Gdn, false) => Shader::GdnPrefillIntra,
             (Op::Kda, false) => Shader::KdaPrefillIntra,
             (Op::Gdn, true) => Shader::GdnPrefillIntraCoop,
+            (Op::Kda, true) if kda_mma4(gpu) => Shader::KdaPrefillIntraMma,
             (Op::Kda, true) => Shader::KdaPrefillIntraCoop,
         };
         let mut consts = vec![
@@ -123,9 +137,12 @@ impl Prefill {
         if p.op == Op::Kda {
             consts.push(("STEP2_REF", f64::from(kda_step2(gpu.kda_step2))));
         }
-        if intra_shader == Shader::GdnPrefillIntraCoop {
+        if matches!(
+            intra_shader,
+            Shader::GdnPrefillIntraCoop | Shader::KdaPrefillIntraMma
+        ) {
             // step 4's U tile width (gdn_intra_coop.wgsl): 64 columns where 64 divides V
-            consts.push(("UW", if p.v % 64 == 0 { 64.0 } else { 32.0 }));
+            consts.push(("UW", if p.v.is_multiple_of(64) { 64.0 } else { 32.0 }));
         }
         let intra = cache.get(gpu, intra_shader, &consts)?;
         // the coop kernel also runs the output pass on cooperative matrices: its intra stage
