@@ -61,6 +61,10 @@
 
 // Step 4's U tile width: 64 when 64 divides V, else 32 (the host sets it; V is a multiple of 32).
 override UW: u32 = 64u;
+// Step 4's B operand layout (a session-14 timing experiment, DELTARULE_WGPU_INTRA_BT): 0 stages the
+// source tile row-major [64 rows][64 columns] and loads it row-major (coopLoadT), 1 stages it
+// transposed and loads it column-major (coopLoad).
+override BT: u32 = 0u;
 // The stage's s_x (gdn_prefill_intra.wgsl) holds only the solve's scratch here.
 const SX_VEC4: u32 = 256u;
 
@@ -232,11 +236,20 @@ fn gdn_step4_first(tid: u32, t0: u32, l: u32, h: u32, hv: u32) -> Src4 {
 
 // Scaled source row m, columns 4 q .. 4 q + 3 as f16 into the [64][64] tile s_x16.
 fn put_x16(m: u32, q: u32, x: vec4<f32>) {
-    let o = m * 64u + 4u * q;
-    s_x16[o] = f16(x.x);
-    s_x16[o + 1u] = f16(x.y);
-    s_x16[o + 2u] = f16(x.z);
-    s_x16[o + 3u] = f16(x.w);
+    if (BT == 1u) {
+        // transposed ([64 columns][64 rows], BT): column-major B operands
+        let o = 4u * q * 64u + m;
+        s_x16[o] = f16(x.x);
+        s_x16[o + 64u] = f16(x.y);
+        s_x16[o + 128u] = f16(x.z);
+        s_x16[o + 192u] = f16(x.w);
+    } else {
+        let o = m * 64u + 4u * q;
+        s_x16[o] = f16(x.x);
+        s_x16[o + 1u] = f16(x.y);
+        s_x16[o + 2u] = f16(x.z);
+        s_x16[o + 3u] = f16(x.w);
+    }
 }
 
 // kdec row m, tile columns 4 q .. 4 q + 3, staged f32 in s_at as [64 columns][65] (row stride
@@ -315,9 +328,17 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
         var a1 = a0;
         for (var k = 0u; k < 4u; k++) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 64u + 32u * wc], 64u);
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(
-                &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
+            var b0: coop_mat16x16<f16, B>;
+            var b1: coop_mat16x16<f16, B>;
+            if (BT == 1u) {
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&s_x16[32u * wc * 64u + 16u * k], 64u);
+                b1 = coopLoad<coop_mat16x16<f16, B>>(
+                    &s_x16[(32u * wc + 16u) * 64u + 16u * k], 64u);
+            } else {
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 64u + 32u * wc], 64u);
+                b1 = coopLoadT<coop_mat16x16<f16, B>>(
+                    &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
+            }
             a0 = coopMultiplyAdd(a, b0, a0);
             a1 = coopMultiplyAdd(a, b1, a1);
         }
@@ -325,7 +346,11 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
         // a coopStore call)
         let wo = p_base16 + 16u * wi * HEAD_K + c0 + 32u * wc;
         let wo1 = wo + 16u;
-        if ((PROBE & 1024u) == 0u) {
+        if ((PROBE & 2048u) != 0u) {
+            // (probe: into workgroup memory instead, racing the products' reads)
+            coopStoreT(a0, &s_x16[0], 64u);
+            coopStoreT(a1, &s_x16[16], 64u);
+        } else if ((PROBE & (1024u | 4096u)) == 0u) {
             coopStoreT(a0, &ws16[wo], HEAD_K);
             coopStoreT(a1, &ws16[wo1], HEAD_K);
         }
@@ -349,33 +374,48 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
         var u1 = u0;
         for (var k = 0u; k < 4u; k++) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(
-                &s_x16[16u * k * 64u + 16u * nj * wc], 64u);
+            var b0: coop_mat16x16<f16, B>;
+            if (BT == 1u) {
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&s_x16[16u * nj * wc * 64u + 16u * k], 64u);
+            } else {
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(
+                    &s_x16[16u * k * 64u + 16u * nj * wc], 64u);
+            }
             u0 = coopMultiplyAdd(a, b0, u0);
             if (UW == 64u) {
-                let b1 = coopLoadT<coop_mat16x16<f16, B>>(
-                    &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
+                var b1: coop_mat16x16<f16, B>;
+                if (BT == 1u) {
+                    b1 = coopLoad<coop_mat16x16<f16, B>>(
+                        &s_x16[(32u * wc + 16u) * 64u + 16u * k], 64u);
+                } else {
+                    b1 = coopLoadT<coop_mat16x16<f16, B>>(
+                        &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
+                }
                 u1 = coopMultiplyAdd(a, b1, u1);
             }
         }
         let uo = base_u + 16u * wi * V4 + c0 + 16u * nj * wc;
-        if ((PROBE & 1024u) == 0u) {
+        if ((PROBE & 2048u) != 0u) {
+            coopStoreT(u0, &s_cw[0], 16u);
+            coopStoreT(u1, &s_cw[0], 16u);
+        } else if ((PROBE & (1024u | 8192u)) == 0u) {
             coopStoreT(u0, &wsu[uo], V4);
-        }
-        if (UW == 64u && (PROBE & 1024u) == 0u) {
-            let uo1 = uo + 16u;
-            coopStoreT(u1, &wsu[uo1], V4);
+            if (UW == 64u) {
+                let uo1 = uo + 16u;
+                coopStoreT(u1, &wsu[uo1], V4);
+            }
         }
         workgroupBarrier();
     }
     // qdec = scale r_q e^Γ q: the first tile from the prefetch, the second (K = 128) loaded here
+    // (the second tile's loads issued before the first tile's stores)
     if ((PROBE & 512u) == 0u) {
+        let y = raw_tile(min(nw + nu + 1u, nw + nu + nw - 1u), tid, t0, l, h, hv);
         put_qd16(sm, sq, 0u, x.r0);
         put_qd16(sm + 16u, sq, 0u, x.r1);
         put_qd16(sm + 32u, sq, 0u, x.r2);
         put_qd16(sm + 48u, sq, 0u, x.r3);
         if (HEAD_K == 128u) {
-            let y = raw_tile(nw + nu + 1u, tid, t0, l, h, hv);
             put_qd16(sm, sq, 64u, y.r0);
             put_qd16(sm + 16u, sq, 64u, y.r1);
             put_qd16(sm + 32u, sq, 64u, y.r2);

@@ -37,7 +37,8 @@
 // ws16_slot(K, V): W (16 wi + r) K + c0 + 32 wc + 16 j + c < 64 K (c0 + 64 <= K), kdecᵀ 64 K +
 // (c0 + d) 64 + mm + 1 < 128 K, qdec ws16_qd + m K + c0 + 4 q + 3 < ws16_p, P ws16_p + i 64 + j
 // < ws16_p + 4096; wsu rows 16 wi + r < 64, columns c0 + 16 (nj wc + j) + c < c0 + UW <= V = V4;
-// Γ reads wsa[base_gam + m K + min(d, K − 1)] (m < 64); q/k/v through qk4_at / v4_at (zero past
+// Γ reads wsa[base_gam + m K + d + 3] with d + 3 < K (m < 64; tiles < nw + nu + 2, K = 128 for
+// the last); q/k/v through qk4_at / v4_at (zero past
 // K, V and L).
 
 @group(0) @binding(9) var<storage, read_write> ws16: array<f16>;
@@ -49,6 +50,10 @@ var<workgroup> s_cz: array<f32, 256>;     // a zero 16 x 16 tile: U's accumulato
 
 // Step 4's U tile width: 64 when 64 divides V, else 32 (the host sets it).
 override UW: u32 = 64u;
+// Step 4's B operand layout (a session-14 timing experiment, DELTARULE_WGPU_INTRA_BT): 0 stages the
+// source tile row-major [64 rows][64 columns] and loads it row-major (coopLoadT), 1 stages it
+// transposed and loads it column-major (coopLoad).
+override BT: u32 = 0u;
 
 fn set_base16(slot: u32) {
     p_base16 = slot * ws16_slot(HEAD_K, HEAD_V);
@@ -93,8 +98,8 @@ fn km_raw(tile: u32, m: u32, q: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f
     return qk4_at(0u, m, 64u * (tile - nw - nu) + 4u * q, t0, l, h);
 }
 
-// Γ[m][channels of tile `tile` at vec4 column q] for k and q tiles (zeros for v tiles; channel
-// min(d, K − 1), whose values for d >= K multiply zero raw elements).
+// Γ[m][channels of tile `tile` at vec4 column q] for k and q tiles (zeros for v tiles): channels
+// d .. d + 3 < K, as K is a multiple of 64 here, so four consecutive loads (no clamps).
 fn km_gam(tile: u32, m: u32, q: u32, base_gam: u32) -> vec4<f32> {
     let nw = HEAD_K / 64u;
     let nu = HEAD_V / UW;
@@ -104,10 +109,8 @@ fn km_gam(tile: u32, m: u32, q: u32, base_gam: u32) -> vec4<f32> {
     } else if (tile >= nw) {
         return vec4<f32>(0.0);
     }
-    let r = base_gam + m * HEAD_K;
-    let k1 = HEAD_K - 1u;
-    return vec4<f32>(wsa[r + min(d, k1)], wsa[r + min(d + 1u, k1)], wsa[r + min(d + 2u, k1)],
-        wsa[r + min(d + 3u, k1)]);
+    let r = base_gam + m * HEAD_K + d;
+    return vec4<f32>(wsa[r], wsa[r + 1u], wsa[r + 2u], wsa[r + 3u]);
 }
 
 // The raw values (rows tid / 16 + 16 r) of tile `tile`.
@@ -128,11 +131,20 @@ fn km_gtile(tile: u32, tid: u32, base_gam: u32) -> Src4 {
 
 // Scaled source row m, columns 4 q .. + 3 as f16 into s_x16 [64][64].
 fn km_put_x16(m: u32, q: u32, x: vec4<f32>) {
-    let o = m * 64u + 4u * q;
-    s_x16[o] = f16(x.x);
-    s_x16[o + 1u] = f16(x.y);
-    s_x16[o + 2u] = f16(x.z);
-    s_x16[o + 3u] = f16(x.w);
+    if (BT == 1u) {
+        // transposed ([64 columns][64 rows], BT): column-major B operands
+        let o = 4u * q * 64u + m;
+        s_x16[o] = f16(x.x);
+        s_x16[o + 64u] = f16(x.y);
+        s_x16[o + 128u] = f16(x.z);
+        s_x16[o + 192u] = f16(x.w);
+    } else {
+        let o = m * 64u + 4u * q;
+        s_x16[o] = f16(x.x);
+        s_x16[o + 1u] = f16(x.y);
+        s_x16[o + 2u] = f16(x.z);
+        s_x16[o + 3u] = f16(x.w);
+    }
 }
 
 // One W-tile row: β r_k e^Γ k into s_x16 and kdec = r_k e^(Γ_last − Γ) k staged in s_at
@@ -214,9 +226,17 @@ fn kda_step4_mma(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_gam: u32, base
         var a1 = a0;
         for (var k = 0u; k < 4u; k++) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 64u + 32u * wc], 64u);
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(
-                &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
+            var b0: coop_mat16x16<f16, B>;
+            var b1: coop_mat16x16<f16, B>;
+            if (BT == 1u) {
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&s_x16[32u * wc * 64u + 16u * k], 64u);
+                b1 = coopLoad<coop_mat16x16<f16, B>>(
+                    &s_x16[(32u * wc + 16u) * 64u + 16u * k], 64u);
+            } else {
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 64u + 32u * wc], 64u);
+                b1 = coopLoadT<coop_mat16x16<f16, B>>(
+                    &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
+            }
             a0 = coopMultiplyAdd(a, b0, a0);
             a1 = coopMultiplyAdd(a, b1, a1);
         }
@@ -224,7 +244,11 @@ fn kda_step4_mma(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_gam: u32, base
         // a coopStore call)
         let wo = p_base16 + 16u * wi * HEAD_K + c0 + 32u * wc;
         let wo1 = wo + 16u;
-        if ((PROBE & 1024u) == 0u) {
+        if ((PROBE & 2048u) != 0u) {
+            // (probe: into workgroup memory instead, racing the products' reads)
+            coopStoreT(a0, &s_x16[0], 64u);
+            coopStoreT(a1, &s_x16[16], 64u);
+        } else if ((PROBE & (1024u | 4096u)) == 0u) {
             coopStoreT(a0, &ws16[wo], HEAD_K);
             coopStoreT(a1, &ws16[wo1], HEAD_K);
         }
@@ -247,34 +271,49 @@ fn kda_step4_mma(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_gam: u32, base
         var u1 = u0;
         for (var k = 0u; k < 4u; k++) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(
-                &s_x16[16u * k * 64u + 16u * nj * wc], 64u);
+            var b0: coop_mat16x16<f16, B>;
+            if (BT == 1u) {
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&s_x16[16u * nj * wc * 64u + 16u * k], 64u);
+            } else {
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(
+                    &s_x16[16u * k * 64u + 16u * nj * wc], 64u);
+            }
             u0 = coopMultiplyAdd(a, b0, u0);
             if (UW == 64u) {
-                let b1 = coopLoadT<coop_mat16x16<f16, B>>(
-                    &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
+                var b1: coop_mat16x16<f16, B>;
+                if (BT == 1u) {
+                    b1 = coopLoad<coop_mat16x16<f16, B>>(
+                        &s_x16[(32u * wc + 16u) * 64u + 16u * k], 64u);
+                } else {
+                    b1 = coopLoadT<coop_mat16x16<f16, B>>(
+                        &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
+                }
                 u1 = coopMultiplyAdd(a, b1, u1);
             }
         }
         let uo = base_u + 16u * wi * V4 + c0 + 16u * nj * wc;
-        if ((PROBE & 1024u) == 0u) {
+        if ((PROBE & 2048u) != 0u) {
+            coopStoreT(u0, &s_cz[0], 16u);
+            coopStoreT(u1, &s_cz[0], 16u);
+        } else if ((PROBE & (1024u | 8192u)) == 0u) {
             coopStoreT(u0, &wsu[uo], V4);
-        }
-        if (UW == 64u && (PROBE & 1024u) == 0u) {
-            let uo1 = uo + 16u;
-            coopStoreT(u1, &wsu[uo1], V4);
+            if (UW == 64u) {
+                let uo1 = uo + 16u;
+                coopStoreT(u1, &wsu[uo1], V4);
+            }
         }
         workgroupBarrier();
     }
     // qdec: the first q tile from the prefetch, the second (K = 128) loaded here
+    // (the second tile's loads issued before the first tile's stores)
     if ((PROBE & 512u) == 0u) {
+        let y = km_tile(min(nw + nu + 1u, nw + nu + nw - 1u), tid, t0, l, h, hv);
+        let gy = km_gtile(min(nw + nu + 1u, nw + nu + nw - 1u), tid, base_gam);
         km_put_qd16(sm, sq, 0u, x.r0, g.r0, l);
         km_put_qd16(sm + 16u, sq, 0u, x.r1, g.r1, l);
         km_put_qd16(sm + 32u, sq, 0u, x.r2, g.r2, l);
         km_put_qd16(sm + 48u, sq, 0u, x.r3, g.r3, l);
         if (HEAD_K == 128u) {
-            let y = km_tile(nw + nu + 1u, tid, t0, l, h, hv);
-            let gy = km_gtile(nw + nu + 1u, tid, base_gam);
             km_put_qd16(sm, sq, 64u, y.r0, gy.r0, l);
             km_put_qd16(sm + 16u, sq, 64u, y.r1, gy.r1, l);
             km_put_qd16(sm + 32u, sq, 64u, y.r2, gy.r2, l);

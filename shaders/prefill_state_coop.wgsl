@@ -84,6 +84,10 @@ override FUSE_O: u32 = 0u;
 // an invocation). H200, session 14 (h200_s13z.sh, two rounds): state pass 0.967 -> 0.955 ms (gdn
 // 16/32 1 x 8192) and 0.963 -> 0.954 (kda 32/32): a small, repeatable gain.
 override LATE_B: u32 = 0u;
+// Diagnosis only (DELTARULE_WGPU_PROBE, shared with the intra stages' bits; 0 in production,
+// results wrong by design): 16384 skips the steady state's W and qdec tile loads (chunk c_begin's
+// tiles are used for every chunk), 32768 the late kdecᵀ and P loads (LATE_B = 1: left unloaded).
+override PROBE: u32 = 0u;
 
 // o as the caller's 16-bit dtype (FUSE_O with pack_dt set; else a dummy binding)
 @group(0) @binding(8) var<storage, read_write> o16: array<u32>;
@@ -441,7 +445,7 @@ fn main(
             }
         }
         // LATE_B: this chunk's kdecᵀ (and P) tiles, issued after W·S (see LATE_B)
-        if (LATE_B == 1u) {
+        if ((LATE_B == 1u) & ((PROBE & 32768u) == 0u)) {
             let kl = w16 + 64u * K;
             ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
             ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
@@ -499,7 +503,7 @@ fn main(
         }
         // the next chunk's operands (this chunk's are dead now; the last chunk reloads its own)
         nxt = chunk_in(min(c + 1u, c_end - 1u), z, vi, e_v, sr);
-        {
+        if ((PROBE & 16384u) == 0u) {
             let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K, HEAD_V);
             wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 0u], K);
             wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 16u], K);

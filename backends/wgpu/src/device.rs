@@ -57,6 +57,8 @@ pub struct Gpu {
     pub state_late: Option<u32>,
     /// Requested kda coop intra step 4 form (`AdapterChoice::kda_mma4`).
     pub kda_mma4: Option<u32>,
+    /// Requested B operand layout of the coop intra step 4 (`AdapterChoice::intra_bt`).
+    pub intra_bt: Option<u32>,
     /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
     pub probe: u32,
     /// The adapter's cooperative-matrix configurations (empty when it has none or when
@@ -208,6 +210,7 @@ impl Gpu {
             fuse_o: choice.fuse_o,
             state_late: choice.state_late,
             kda_mma4: choice.kda_mma4,
+            intra_bt: choice.intra_bt,
             probe: choice.probe,
             coop_props,
             coop,

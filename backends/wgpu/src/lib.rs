@@ -67,6 +67,10 @@ pub struct AdapterChoice {
     /// cooperative matrices where the adapter has 47,888 bytes of workgroup memory
     /// (kda_intra_coop.wgsl), 0 = f32 register tiles (ws16_on.wgsl). `None` picks 1.
     pub kda_mma4: Option<u32>,
+    /// The coop intra step 4's B operand layout (`DELTARULE_WGPU_INTRA_BT`, a timing experiment):
+    /// 0 = the source tile staged row-major and loaded row-major, 1 = staged transposed and
+    /// loaded column-major. `None` = 0.
+    pub intra_bt: Option<u32>,
     /// Tests only (`DELTARULE_WGPU_COOP_EMULATE=1`): on an adapter without cooperative matrices,
     /// run the `coop` stages rewritten into plain WGSL (src/emulate.rs) and offer the `coop`
     /// kernel, so that CI's lavapipe runs them. Slow; never a production path.
@@ -106,6 +110,9 @@ impl AdapterChoice {
                 .ok()
                 .and_then(|s| s.parse().ok()),
             kda_mma4: std::env::var("DELTARULE_WGPU_KDA_MMA4")
+                .ok()
+                .and_then(|s| s.parse().ok()),
+            intra_bt: std::env::var("DELTARULE_WGPU_INTRA_BT")
                 .ok()
                 .and_then(|s| s.parse().ok()),
             coop_emulate: std::env::var("DELTARULE_WGPU_COOP_EMULATE").ok().as_deref() == Some("1"),

@@ -198,7 +198,7 @@ impl Shader {
         match self {
             Shader::GdnPrefillIntra => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"],
             Shader::GdnPrefillIntraCoop => &[
-                "HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE", "UW",
+                "HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE", "UW", "BT",
             ],
             Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop => &[
                 "HEAD_K",
@@ -218,9 +218,10 @@ impl Shader {
                 "PROBE",
                 "STEP2_REF",
                 "UW",
+                "BT",
             ],
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
-            Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V", "OUT16", "FUSE_O", "LATE_B"],
+            Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V", "OUT16", "FUSE_O", "LATE_B", "PROBE"],
             Shader::PrefillOutput | Shader::PrefillOutputCoop => &["HEAD_K", "HEAD_V"],
             Shader::Decode => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "IS_KDA"],
             Shader::Pack16 => &[],

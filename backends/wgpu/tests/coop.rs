@@ -532,6 +532,7 @@ fn every_coop_stage_builds_spirv_for_its_variants() {
                     ("G_DT", 0.0),
                     ("BETA_DT", 0.0),
                     ("UW", 32.0),
+                    ("BT", 1.0),
                 ],
             ),
             (
@@ -553,6 +554,7 @@ fn every_coop_stage_builds_spirv_for_its_variants() {
                     ("G_DT", 0.0),
                     ("BETA_DT", 0.0),
                     ("UW", 32.0),
+                    ("BT", 1.0),
                 ],
             ),
         ];

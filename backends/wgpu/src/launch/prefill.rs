@@ -143,6 +143,8 @@ impl Prefill {
         ) {
             // step 4's U tile width (gdn_intra_coop.wgsl): 64 columns where 64 divides V
             consts.push(("UW", if p.v.is_multiple_of(64) { 64.0 } else { 32.0 }));
+            // step 4's B operand layout (a timing experiment; 0 = row-major, the default)
+            consts.push(("BT", f64::from(u8::from(gpu.intra_bt == Some(1)))));
         }
         let intra = cache.get(gpu, intra_shader, &consts)?;
         // the coop kernel also runs the output pass on cooperative matrices: its intra stage
@@ -162,6 +164,7 @@ impl Prefill {
                     ("OUT16", f64::from(u8::from(out16))),
                     ("FUSE_O", f64::from(u8::from(fused))),
                     ("LATE_B", f64::from(u8::from(gpu.state_late != Some(0)))),
+                    ("PROBE", gpu.probe as f64),
                 ],
             )?;
             (32, state)
