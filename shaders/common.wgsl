@@ -199,6 +199,36 @@ fn ws_slot(k: u32, kda: u32) -> u32 {
 // matrix loads read them row-major (coopLoadT). Until session 13 they were stored transposed
 // (Wᵀ, kdec, qdecᵀ, Pᵀ) and loaded column-major: on the H200 the state pass's 8 W tiles alone
 // cost 0.076 ms more that way at gdn and kda 1x8192 (1.021 -> 0.945 ms loading them row-major).
+//
+// TILED (session 14, the coop kernel's default; DELTARULE_WGPU_TILED=0 keeps plain row-major):
+// each of the four A operands is stored as its 16 x 16 tiles one after another (tile (tr, tc)
+// of an nc-column matrix at (tr (nc / 16) + tc) 256, row-major inside, stride 16), so one
+// matrix load reads 512 contiguous bytes instead of 16 rows 2 nc bytes apart: a permutation of
+// the same region, so every offset stays inside it (a16_off < rows nc for r < rows, c < nc,
+// both multiples of 16). The host passes TILED to the coop stages only.
+override TILED: u32 = 1u;
+
+// Offset of element (r, c) of an A operand with nc columns (nc a multiple of 16).
+fn a16_off(r: u32, c: u32, nc: u32) -> u32 {
+    if (TILED == 1u) {
+        return ((r >> 4u) * (nc >> 4u) + (c >> 4u)) * 256u + (r & 15u) * 16u + (c & 15u);
+    }
+    return r * nc + c;
+}
+
+// First element of tile (tr, tc) (rows 16 tr .., columns 16 tc ..) and the row stride of its
+// matrix loads and stores.
+fn a16_tile(tr: u32, tc: u32, nc: u32) -> u32 {
+    if (TILED == 1u) {
+        return (tr * (nc >> 4u) + tc) * 256u;
+    }
+    return 16u * tr * nc + 16u * tc;
+}
+
+fn a16_ld(nc: u32) -> u32 {
+    return select(nc, 16u, TILED == 1u);
+}
+
 fn ws16_slot(k: u32, v: u32) -> u32 {
     return 192u * k + 4096u + k * v + 64u * v;
 }

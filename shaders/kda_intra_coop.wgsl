@@ -75,7 +75,7 @@ fn store_qd16_tile(tid: u32, c0: u32) -> bool {
 
 // P[i][j] as f16 (kda's put_ap and P's zeros).
 fn put_p16(i: u32, j: u32, pv: f32) -> bool {
-    ws16[p_base16 + ws16_p(HEAD_K) + i * 64u + j] = f16(pv);
+    ws16[p_base16 + ws16_p(HEAD_K) + a16_off(i, j, 64u)] = f16(pv);
     return true;
 }
 
@@ -167,7 +167,7 @@ fn km_store_kd16(tid: u32, c0: u32) {
         let w = tid + 256u * j;
         let d = w / 32u;
         let mm = 2u * (w % 32u);
-        let o = p_base16 + 64u * HEAD_K + (c0 + d) * 64u + mm;
+        let o = p_base16 + 64u * HEAD_K + a16_off(c0 + d, mm, 64u);
         ws16[o] = f16(at_get(d * 65u + mm));
         ws16[o + 1u] = f16(at_get(d * 65u + mm + 1u));
     }
@@ -177,7 +177,7 @@ fn km_store_kd16(tid: u32, c0: u32) {
 // >= L.
 fn km_put_qd16(m: u32, q: u32, c0: u32, raw: vec4<f32>, g: vec4<f32>, l: u32) {
     let y = select(vec4<f32>(0.0), prm.scale * s_rq[m] * raw * exp(g), m < l);
-    let o = p_base16 + ws16_qd(HEAD_K) + m * HEAD_K + c0 + 4u * q;
+    let o = p_base16 + ws16_qd(HEAD_K) + a16_off(m, c0 + 4u * q, HEAD_K);
     ws16[o] = f16(y.x);
     ws16[o + 1u] = f16(y.y);
     ws16[o + 2u] = f16(y.z);
@@ -242,15 +242,16 @@ fn kda_step4_mma(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_gam: u32, base
         }
         // (offsets named first: naga 30's SPIR-V writer panicked on an index expression inside
         // a coopStore call)
-        let wo = p_base16 + 16u * wi * HEAD_K + c0 + 32u * wc;
-        let wo1 = wo + 16u;
+        let wo = p_base16 + a16_tile(wi, c0 / 16u + 2u * wc, HEAD_K);
+        let wo1 = p_base16 + a16_tile(wi, c0 / 16u + 2u * wc + 1u, HEAD_K);
         if ((PROBE & 2048u) != 0u) {
             // (probe: into workgroup memory instead, racing the products' reads)
             coopStoreT(a0, &s_x16[0], 64u);
             coopStoreT(a1, &s_x16[16], 64u);
         } else if ((PROBE & (1024u | 4096u)) == 0u) {
-            coopStoreT(a0, &ws16[wo], HEAD_K);
-            coopStoreT(a1, &ws16[wo1], HEAD_K);
+            let wst = a16_ld(HEAD_K);
+            coopStoreT(a0, &ws16[wo], wst);
+            coopStoreT(a1, &ws16[wo1], wst);
         }
         if ((PROBE & 256u) == 0u) {
             km_store_kd16(tid, c0);

@@ -66,14 +66,14 @@ fn main(
     var acc0 = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
     var acc1 = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
     for (var k = 0u; k < K / 16u; k++) {
-        let a = coopLoadT<coop_mat16x16<f16, A>>(&ws16[qd + 16u * wi * K + 16u * k], K);
+        let a = coopLoadT<coop_mat16x16<f16, A>>(&ws16[qd + a16_tile(wi, k, K)], a16_ld(K));
         let b0 = coopLoadT<coop_mat16x16<f16, B>>(&ws16[hh + 16u * k * V + eb], V);
         let b1 = coopLoadT<coop_mat16x16<f16, B>>(&ws16[hh + 16u * k * V + eb + 16u], V);
         acc0 = coopMultiplyAdd(a, b0, acc0);
         acc1 = coopMultiplyAdd(a, b1, acc1);
     }
     for (var k = 0u; k < 4u; k++) {
-        let a = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pp + 1024u * wi + 16u * k], 64u);
+        let a = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pp + a16_tile(wi, k, 64u)], a16_ld(64u));
         let b0 = coopLoadT<coop_mat16x16<f16, B>>(&ws16[vn + 16u * k * V + eb], V);
         let b1 = coopLoadT<coop_mat16x16<f16, B>>(&ws16[vn + 16u * k * V + eb + 16u], V);
         acc0 = coopMultiplyAdd(a, b0, acc0);

@@ -318,47 +318,47 @@ fn main(
         nxt = chunk_in(c_begin, z, vi, e_v, sr);
         {
             let wl = (c_begin * prm.hvb + z) * ws16_slot(K, HEAD_V);
-            wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 0u], K);
-            wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 16u], K);
-            wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 32u], K);
-            wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 48u], K);
+            wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 0u, K)], a16_ld(K));
+            wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 1u, K)], a16_ld(K));
+            wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 2u, K)], a16_ld(K));
+            wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 3u, K)], a16_ld(K));
             if (K == 128u) {
-                wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 64u], K);
-                wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 80u], K);
-                wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 96u], K);
-                wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 112u], K);
+                wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 4u, K)], a16_ld(K));
+                wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 5u, K)], a16_ld(K));
+                wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 6u, K)], a16_ld(K));
+                wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 7u, K)], a16_ld(K));
             }
             if (FUSE_O == 1u) {
-                let ql = wl + ws16_qd(K) + 16u * wi * K;
-                qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql], K);
-                qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 16u], K);
-                qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 32u], K);
-                qa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 48u], K);
+                let ql = wl + ws16_qd(K);
+                qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 0u, K)], a16_ld(K));
+                qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 1u, K)], a16_ld(K));
+                qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 2u, K)], a16_ld(K));
+                qa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 3u, K)], a16_ld(K));
                 if (K == 128u) {
-                    qa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 64u], K);
-                    qa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 80u], K);
-                    qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 96u], K);
-                    qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 112u], K);
+                    qa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 4u, K)], a16_ld(K));
+                    qa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 5u, K)], a16_ld(K));
+                    qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 6u, K)], a16_ld(K));
+                    qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 7u, K)], a16_ld(K));
                 }
             }
             if (LATE_B == 0u) {
                 let kl = wl + 64u * K;
-                ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
-                ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
-                ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 32u], 64u);
-                ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 48u], 64u);
+                ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
+                ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
+                ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
+                ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
                 if (K == 128u) {
-                    kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u)], 64u);
-                    kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 16u], 64u);
-                    kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 32u], 64u);
-                    kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 48u], 64u);
+                    kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 0u, 64u)], a16_ld(64u));
+                    kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 1u, 64u)], a16_ld(64u));
+                    kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 2u, 64u)], a16_ld(64u));
+                    kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 3u, 64u)], a16_ld(64u));
                 }
                 if (FUSE_O == 1u) {
-                    let pl = wl + ws16_p(K) + 1024u * wi;
-                    pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
-                    pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 16u], 64u);
-                    pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 32u], 64u);
-                    pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 48u], 64u);
+                    let pl = wl + ws16_p(K);
+                    pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
+                    pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
+                    pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
+                    pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
                 }
             }
         }
@@ -447,22 +447,22 @@ fn main(
         // LATE_B: this chunk's kdecᵀ (and P) tiles, issued after W·S (see LATE_B)
         if ((LATE_B == 1u) & ((PROBE & 32768u) == 0u)) {
             let kl = w16 + 64u * K;
-            ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
-            ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
-            ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 32u], 64u);
-            ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 48u], 64u);
+            ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
+            ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
+            ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
+            ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
             if (K == 128u) {
-                kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u)], 64u);
-                kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 16u], 64u);
-                kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 32u], 64u);
-                kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 48u], 64u);
+                kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 0u, 64u)], a16_ld(64u));
+                kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 1u, 64u)], a16_ld(64u));
+                kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 2u, 64u)], a16_ld(64u));
+                kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 3u, 64u)], a16_ld(64u));
             }
             if (FUSE_O == 1u) {
-                let pl = w16 + ws16_p(K) + 1024u * wi;
-                pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
-                pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 16u], 64u);
-                pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 32u], 64u);
-                pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 48u], 64u);
+                let pl = w16 + ws16_p(K);
+                pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
+                pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
+                pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
+                pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
             }
         }
         coopStoreT(acc_w, &s_c[16u * wi * 32u + 16u * wc], 32u);
@@ -505,47 +505,47 @@ fn main(
         nxt = chunk_in(min(c + 1u, c_end - 1u), z, vi, e_v, sr);
         if ((PROBE & 16384u) == 0u) {
             let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K, HEAD_V);
-            wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 0u], K);
-            wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 16u], K);
-            wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 32u], K);
-            wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 48u], K);
+            wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 0u, K)], a16_ld(K));
+            wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 1u, K)], a16_ld(K));
+            wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 2u, K)], a16_ld(K));
+            wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 3u, K)], a16_ld(K));
             if (K == 128u) {
-                wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 64u], K);
-                wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 80u], K);
-                wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 96u], K);
-                wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + 16u * wi * K + 112u], K);
+                wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 4u, K)], a16_ld(K));
+                wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 5u, K)], a16_ld(K));
+                wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 6u, K)], a16_ld(K));
+                wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 7u, K)], a16_ld(K));
             }
             if (FUSE_O == 1u) {
-                let ql = wl + ws16_qd(K) + 16u * wi * K;
-                qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql], K);
-                qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 16u], K);
-                qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 32u], K);
-                qa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 48u], K);
+                let ql = wl + ws16_qd(K);
+                qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 0u, K)], a16_ld(K));
+                qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 1u, K)], a16_ld(K));
+                qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 2u, K)], a16_ld(K));
+                qa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 3u, K)], a16_ld(K));
                 if (K == 128u) {
-                    qa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 64u], K);
-                    qa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 80u], K);
-                    qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 96u], K);
-                    qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + 112u], K);
+                    qa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 4u, K)], a16_ld(K));
+                    qa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 5u, K)], a16_ld(K));
+                    qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 6u, K)], a16_ld(K));
+                    qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 7u, K)], a16_ld(K));
                 }
             }
             if (LATE_B == 0u) {
                 let kl = wl + 64u * K;
-                ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi], 64u);
-                ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 16u], 64u);
-                ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 32u], 64u);
-                ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * wi + 48u], 64u);
+                ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
+                ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
+                ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
+                ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
                 if (K == 128u) {
-                    kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u)], 64u);
-                    kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 16u], 64u);
-                    kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 32u], 64u);
-                    kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + 1024u * (wi + 4u) + 48u], 64u);
+                    kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 0u, 64u)], a16_ld(64u));
+                    kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 1u, 64u)], a16_ld(64u));
+                    kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 2u, 64u)], a16_ld(64u));
+                    kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 3u, 64u)], a16_ld(64u));
                 }
                 if (FUSE_O == 1u) {
-                    let pl = wl + ws16_p(K) + 1024u * wi;
-                    pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl], 64u);
-                    pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 16u], 64u);
-                    pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 32u], 64u);
-                    pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + 48u], 64u);
+                    let pl = wl + ws16_p(K);
+                    pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
+                    pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
+                    pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
+                    pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
                 }
             }
         }

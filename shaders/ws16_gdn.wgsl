@@ -38,7 +38,7 @@ fn store_qd16_tile(tid: u32, c0: u32) -> bool {
 
 // P[i][j] (the stage's put_ap; no f32 copy: the coop output products read this one).
 fn put_p(base_p: u32, i: u32, j: u32, pv: f32) {
-    ws16[p_base16 + ws16_p(HEAD_K) + i * 64u + j] = f16(pv);
+    ws16[p_base16 + ws16_p(HEAD_K) + a16_off(i, j, 64u)] = f16(pv);
 }
 
 // solve_t (intra.wgsl) skips the packed triangular Tᵀ: the coop step 4 builds its f16 T from s_at

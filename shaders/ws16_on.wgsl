@@ -20,11 +20,11 @@ fn set_base16(slot: u32) {
 
 // kdec row m, channels d0 .. d0 + 3 as f16 into kdecᵀ (always written here).
 fn put_kdec16(m: u32, d0: u32, kd: vec4<f32>) -> bool {
-    let o = p_base16 + 64u * HEAD_K + d0 * 64u + m;
-    ws16[o] = f16(kd.x);
-    ws16[o + 64u] = f16(kd.y);
-    ws16[o + 128u] = f16(kd.z);
-    ws16[o + 192u] = f16(kd.w);
+    let o = p_base16 + 64u * HEAD_K;
+    ws16[o + a16_off(d0, m, 64u)] = f16(kd.x);
+    ws16[o + a16_off(d0 + 1u, m, 64u)] = f16(kd.y);
+    ws16[o + a16_off(d0 + 2u, m, 64u)] = f16(kd.z);
+    ws16[o + a16_off(d0 + 3u, m, 64u)] = f16(kd.w);
     return true;
 }
 
@@ -34,10 +34,10 @@ fn store_w16(g: u32, cq: u32, c0: u32, b: Blk, l: u32) -> bool {
     let i = 4u * g;
     let d = c0 + 4u * cq;
     if (d < HEAD_K) {
-        put_row16(p_base16 + i * HEAD_K + d, select(vec4<f32>(0.0), b.a0, i < l));
-        put_row16(p_base16 + (i + 1u) * HEAD_K + d, select(vec4<f32>(0.0), b.a1, i + 1u < l));
-        put_row16(p_base16 + (i + 2u) * HEAD_K + d, select(vec4<f32>(0.0), b.a2, i + 2u < l));
-        put_row16(p_base16 + (i + 3u) * HEAD_K + d, select(vec4<f32>(0.0), b.a3, i + 3u < l));
+        put_row16(p_base16 + a16_off(i, d, HEAD_K), select(vec4<f32>(0.0), b.a0, i < l));
+        put_row16(p_base16 + a16_off(i + 1u, d, HEAD_K), select(vec4<f32>(0.0), b.a1, i + 1u < l));
+        put_row16(p_base16 + a16_off(i + 2u, d, HEAD_K), select(vec4<f32>(0.0), b.a2, i + 2u < l));
+        put_row16(p_base16 + a16_off(i + 3u, d, HEAD_K), select(vec4<f32>(0.0), b.a3, i + 3u < l));
     }
     return true;
 }
@@ -58,7 +58,7 @@ fn store_qd16_tile(tid: u32, c0: u32) -> bool {
     if (d < HEAD_K) {
         for (var r = 0u; r < 4u; r++) {
             let i = tid / 16u + 16u * r;
-            put_row16(p_base16 + ws16_qd(HEAD_K) + i * HEAD_K + d, s_at[src_slot(i, q)]);
+            put_row16(p_base16 + ws16_qd(HEAD_K) + a16_off(i, d, HEAD_K), s_at[src_slot(i, q)]);
         }
     }
     return true;
@@ -66,7 +66,7 @@ fn store_qd16_tile(tid: u32, c0: u32) -> bool {
 
 // P[i][j] as f16 (kda's put_ap and P's zeros).
 fn put_p16(i: u32, j: u32, pv: f32) -> bool {
-    ws16[p_base16 + ws16_p(HEAD_K) + i * 64u + j] = f16(pv);
+    ws16[p_base16 + ws16_p(HEAD_K) + a16_off(i, j, 64u)] = f16(pv);
     return true;
 }
 

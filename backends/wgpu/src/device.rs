@@ -59,6 +59,8 @@ pub struct Gpu {
     pub kda_mma4: Option<u32>,
     /// Requested B operand layout of the coop intra step 4 (`AdapterChoice::intra_bt`).
     pub intra_bt: Option<u32>,
+    /// Requested layout of the coop kernel's f16 A operands (`AdapterChoice::tiled`).
+    pub tiled: Option<u32>,
     /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
     pub probe: u32,
     /// The adapter's cooperative-matrix configurations (empty when it has none or when
@@ -211,6 +213,7 @@ impl Gpu {
             state_late: choice.state_late,
             kda_mma4: choice.kda_mma4,
             intra_bt: choice.intra_bt,
+            tiled: choice.tiled,
             probe: choice.probe,
             coop_props,
             coop,

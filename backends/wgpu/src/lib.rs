@@ -71,6 +71,9 @@ pub struct AdapterChoice {
     /// 0 = the source tile staged row-major and loaded row-major, 1 = staged transposed and
     /// loaded column-major. `None` = 0.
     pub intra_bt: Option<u32>,
+    /// The coop kernel's f16 A operands (W, kdecᵀ, qdec, P) as 16 x 16 tiles one after another
+    /// (`DELTARULE_WGPU_TILED`, a tuning knob): 1 = tiled, 0 = plain row-major. `None` picks 1.
+    pub tiled: Option<u32>,
     /// Tests only (`DELTARULE_WGPU_COOP_EMULATE=1`): on an adapter without cooperative matrices,
     /// run the `coop` stages rewritten into plain WGSL (src/emulate.rs) and offer the `coop`
     /// kernel, so that CI's lavapipe runs them. Slow; never a production path.
@@ -113,6 +116,9 @@ impl AdapterChoice {
                 .ok()
                 .and_then(|s| s.parse().ok()),
             intra_bt: std::env::var("DELTARULE_WGPU_INTRA_BT")
+                .ok()
+                .and_then(|s| s.parse().ok()),
+            tiled: std::env::var("DELTARULE_WGPU_TILED")
                 .ok()
                 .and_then(|s| s.parse().ok()),
             coop_emulate: std::env::var("DELTARULE_WGPU_COOP_EMULATE").ok().as_deref() == Some("1"),

@@ -198,7 +198,7 @@ impl Shader {
         match self {
             Shader::GdnPrefillIntra => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"],
             Shader::GdnPrefillIntraCoop => &[
-                "HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE", "UW", "BT",
+                "HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE", "UW", "BT", "TILED",
             ],
             Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop => &[
                 "HEAD_K",
@@ -208,6 +208,7 @@ impl Shader {
                 "BETA_DT",
                 "PROBE",
                 "STEP2_REF",
+                "TILED",
             ],
             Shader::KdaPrefillIntraMma => &[
                 "HEAD_K",
@@ -219,10 +220,14 @@ impl Shader {
                 "STEP2_REF",
                 "UW",
                 "BT",
+                "TILED",
             ],
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
-            Shader::PrefillStateCoop => &["HEAD_K", "HEAD_V", "OUT16", "FUSE_O", "LATE_B", "PROBE"],
-            Shader::PrefillOutput | Shader::PrefillOutputCoop => &["HEAD_K", "HEAD_V"],
+            Shader::PrefillStateCoop => &[
+                "HEAD_K", "HEAD_V", "OUT16", "FUSE_O", "LATE_B", "PROBE", "TILED",
+            ],
+            Shader::PrefillOutput => &["HEAD_K", "HEAD_V"],
+            Shader::PrefillOutputCoop => &["HEAD_K", "HEAD_V", "TILED"],
             Shader::Decode => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "IS_KDA"],
             Shader::Pack16 => &[],
         }

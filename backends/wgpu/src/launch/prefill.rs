@@ -42,6 +42,15 @@ pub fn kda_mma4(gpu: &Gpu) -> bool {
         && gpu.limits.max_compute_workgroup_storage_size >= KDA_MMA4_WORKGROUP_BYTES
 }
 
+/// The coop kernel's f16 A operands as 16 x 16 tiles (`TILED`, common.wgsl): 1 unless 0 is asked
+/// for (`DELTARULE_WGPU_TILED=0`: row-major, benchmarks).
+pub fn tiled(wanted: Option<u32>) -> u32 {
+    match wanted {
+        Some(0) => 0,
+        _ => 1,
+    }
+}
+
 /// kda intra step 2 (`STEP2_REF`): 1 (reference points) unless 0 is asked for.
 pub fn kda_step2(wanted: Option<u32>) -> u32 {
     match wanted {
@@ -137,6 +146,10 @@ impl Prefill {
         if p.op == Op::Kda {
             consts.push(("STEP2_REF", f64::from(kda_step2(gpu.kda_step2))));
         }
+        if coop {
+            // the f16 A operands stored as 16 x 16 tiles (common.wgsl's TILED)
+            consts.push(("TILED", f64::from(tiled(gpu.tiled))));
+        }
         if matches!(
             intra_shader,
             Shader::GdnPrefillIntraCoop | Shader::KdaPrefillIntraMma
@@ -165,6 +178,7 @@ impl Prefill {
                     ("FUSE_O", f64::from(u8::from(fused))),
                     ("LATE_B", f64::from(u8::from(gpu.state_late != Some(0)))),
                     ("PROBE", gpu.probe as f64),
+                    ("TILED", f64::from(tiled(gpu.tiled))),
                 ],
             )?;
             (32, state)
@@ -193,6 +207,13 @@ impl Prefill {
         };
         let output = if fused {
             None
+        } else if out16 {
+            let tl = f64::from(tiled(gpu.tiled));
+            Some(cache.get(
+                gpu,
+                output_shader,
+                &[("HEAD_K", k), ("HEAD_V", v), ("TILED", tl)],
+            )?)
         } else {
             Some(cache.get(gpu, output_shader, &[("HEAD_K", k), ("HEAD_V", v)])?)
         };
