@@ -38,5 +38,5 @@ PYTHONUNBUFFERED=1 timeout 200 python3 bench/fla_bench.py --shapes $S 2> "$OUT/f
 tail -2 "$OUT/fla.err"
 echo "== ours after fla at ${SECONDS}s"
 timeout 40 $B bench --backend wgpu:coop --shape $S --iters 30 --json 2>/dev/null | python3 bench/wgpu_spread.py "r3 tiled=1"
-timeout 40 $B bench --backend wgpu:coop --shape $S --iters 30 2>&1 | grep -E 'gpu|host' | head -6
+timeout 40 $B bench --backend wgpu:coop --shape $S --iters 30 2>&1 | grep -v -E 'generating|stages' | head -4
 (cd "$OUT" && tar czf logs_s14d.tgz *.log *.err 2>/dev/null; rm -f *.log *.err)
