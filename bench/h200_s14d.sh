@@ -34,7 +34,7 @@ for t in 0 1; do
 done
 echo "== fla 0.6.0, same call, at ${SECONDS}s"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl && export PYTHONPATH=/tmp/site
-PYTHONUNBUFFERED=1 timeout 200 python3 bench/fla_bench.py --shapes $S 2> "$OUT/fla.err"
+PYTHONUNBUFFERED=1 timeout 160 python3 bench/fla_bench.py --shapes $S 2> "$OUT/fla.err"
 tail -2 "$OUT/fla.err"
 echo "== ours after fla at ${SECONDS}s"
 timeout 40 $B bench --backend wgpu:coop --shape $S --iters 30 --json 2>/dev/null | python3 bench/wgpu_spread.py "r3 tiled=1"
