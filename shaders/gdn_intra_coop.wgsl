@@ -61,10 +61,9 @@
 
 // Step 4's U tile width: 64 when 64 divides V, else 32 (the host sets it; V is a multiple of 32).
 override UW: u32 = 64u;
-// Step 4's B operand layout (a session-14 timing experiment, DELTARULE_WGPU_INTRA_BT): 0 stages the
-// source tile row-major [64 rows][64 columns] and loads it row-major (coopLoadT), 1 stages it
-// transposed and loads it column-major (coopLoad).
-override BT: u32 = 0u;
+// (The source tile is staged row-major and its B operands loaded row-major: a transposed tile
+// loaded column-major measured slower on the H200, session 14's s14c: gdn intra 1.058 -> 1.171
+// ms, kda 2.122 -> 2.248.)
 // The stage's s_x (gdn_prefill_intra.wgsl) holds only the solve's scratch here.
 const SX_VEC4: u32 = 256u;
 
@@ -236,20 +235,11 @@ fn gdn_step4_first(tid: u32, t0: u32, l: u32, h: u32, hv: u32) -> Src4 {
 
 // Scaled source row m, columns 4 q .. 4 q + 3 as f16 into the [64][64] tile s_x16.
 fn put_x16(m: u32, q: u32, x: vec4<f32>) {
-    if (BT == 1u) {
-        // transposed ([64 columns][64 rows], BT): column-major B operands
-        let o = 4u * q * 64u + m;
-        s_x16[o] = f16(x.x);
-        s_x16[o + 64u] = f16(x.y);
-        s_x16[o + 128u] = f16(x.z);
-        s_x16[o + 192u] = f16(x.w);
-    } else {
-        let o = m * 64u + 4u * q;
-        s_x16[o] = f16(x.x);
-        s_x16[o + 1u] = f16(x.y);
-        s_x16[o + 2u] = f16(x.z);
-        s_x16[o + 3u] = f16(x.w);
-    }
+    let o = m * 64u + 4u * q;
+    s_x16[o] = f16(x.x);
+    s_x16[o + 1u] = f16(x.y);
+    s_x16[o + 2u] = f16(x.z);
+    s_x16[o + 3u] = f16(x.w);
 }
 
 // kdec row m, tile columns 4 q .. 4 q + 3, staged f32 in s_at as [64 columns][65] (row stride
@@ -328,17 +318,9 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
         var a1 = a0;
         for (var k = 0u; k < 4u; k++) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-            var b0: coop_mat16x16<f16, B>;
-            var b1: coop_mat16x16<f16, B>;
-            if (BT == 1u) {
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&s_x16[32u * wc * 64u + 16u * k], 64u);
-                b1 = coopLoad<coop_mat16x16<f16, B>>(
-                    &s_x16[(32u * wc + 16u) * 64u + 16u * k], 64u);
-            } else {
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 64u + 32u * wc], 64u);
-                b1 = coopLoadT<coop_mat16x16<f16, B>>(
-                    &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
-            }
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 64u + 32u * wc], 64u);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(
+                &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
             a0 = coopMultiplyAdd(a, b0, a0);
             a1 = coopMultiplyAdd(a, b1, a1);
         }
@@ -375,23 +357,12 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
         var u1 = u0;
         for (var k = 0u; k < 4u; k++) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-            var b0: coop_mat16x16<f16, B>;
-            if (BT == 1u) {
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&s_x16[16u * nj * wc * 64u + 16u * k], 64u);
-            } else {
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(
-                    &s_x16[16u * k * 64u + 16u * nj * wc], 64u);
-            }
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(
+                &s_x16[16u * k * 64u + 16u * nj * wc], 64u);
             u0 = coopMultiplyAdd(a, b0, u0);
             if (UW == 64u) {
-                var b1: coop_mat16x16<f16, B>;
-                if (BT == 1u) {
-                    b1 = coopLoad<coop_mat16x16<f16, B>>(
-                        &s_x16[(32u * wc + 16u) * 64u + 16u * k], 64u);
-                } else {
-                    b1 = coopLoadT<coop_mat16x16<f16, B>>(
-                        &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
-                }
+                let b1 = coopLoadT<coop_mat16x16<f16, B>>(
+                    &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
                 u1 = coopMultiplyAdd(a, b1, u1);
             }
         }

@@ -50,10 +50,9 @@ var<workgroup> s_cz: array<f32, 256>;     // a zero 16 x 16 tile: U's accumulato
 
 // Step 4's U tile width: 64 when 64 divides V, else 32 (the host sets it).
 override UW: u32 = 64u;
-// Step 4's B operand layout (a session-14 timing experiment, DELTARULE_WGPU_INTRA_BT): 0 stages the
-// source tile row-major [64 rows][64 columns] and loads it row-major (coopLoadT), 1 stages it
-// transposed and loads it column-major (coopLoad).
-override BT: u32 = 0u;
+// (The source tile is staged row-major and its B operands loaded row-major: a transposed tile
+// loaded column-major measured slower on the H200, session 14's s14c: gdn intra 1.058 -> 1.171
+// ms, kda 2.122 -> 2.248.)
 
 fn set_base16(slot: u32) {
     p_base16 = slot * ws16_slot(HEAD_K, HEAD_V);
@@ -131,20 +130,11 @@ fn km_gtile(tile: u32, tid: u32, base_gam: u32) -> Src4 {
 
 // Scaled source row m, columns 4 q .. + 3 as f16 into s_x16 [64][64].
 fn km_put_x16(m: u32, q: u32, x: vec4<f32>) {
-    if (BT == 1u) {
-        // transposed ([64 columns][64 rows], BT): column-major B operands
-        let o = 4u * q * 64u + m;
-        s_x16[o] = f16(x.x);
-        s_x16[o + 64u] = f16(x.y);
-        s_x16[o + 128u] = f16(x.z);
-        s_x16[o + 192u] = f16(x.w);
-    } else {
-        let o = m * 64u + 4u * q;
-        s_x16[o] = f16(x.x);
-        s_x16[o + 1u] = f16(x.y);
-        s_x16[o + 2u] = f16(x.z);
-        s_x16[o + 3u] = f16(x.w);
-    }
+    let o = m * 64u + 4u * q;
+    s_x16[o] = f16(x.x);
+    s_x16[o + 1u] = f16(x.y);
+    s_x16[o + 2u] = f16(x.z);
+    s_x16[o + 3u] = f16(x.w);
 }
 
 // One W-tile row: β r_k e^Γ k into s_x16 and kdec = r_k e^(Γ_last − Γ) k staged in s_at
@@ -226,17 +216,9 @@ fn kda_step4_mma(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_gam: u32, base
         var a1 = a0;
         for (var k = 0u; k < 4u; k++) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-            var b0: coop_mat16x16<f16, B>;
-            var b1: coop_mat16x16<f16, B>;
-            if (BT == 1u) {
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&s_x16[32u * wc * 64u + 16u * k], 64u);
-                b1 = coopLoad<coop_mat16x16<f16, B>>(
-                    &s_x16[(32u * wc + 16u) * 64u + 16u * k], 64u);
-            } else {
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 64u + 32u * wc], 64u);
-                b1 = coopLoadT<coop_mat16x16<f16, B>>(
-                    &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
-            }
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 64u + 32u * wc], 64u);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(
+                &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
             a0 = coopMultiplyAdd(a, b0, a0);
             a1 = coopMultiplyAdd(a, b1, a1);
         }
@@ -272,23 +254,12 @@ fn kda_step4_mma(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_gam: u32, base
         var u1 = u0;
         for (var k = 0u; k < 4u; k++) {
             let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-            var b0: coop_mat16x16<f16, B>;
-            if (BT == 1u) {
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&s_x16[16u * nj * wc * 64u + 16u * k], 64u);
-            } else {
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(
-                    &s_x16[16u * k * 64u + 16u * nj * wc], 64u);
-            }
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(
+                &s_x16[16u * k * 64u + 16u * nj * wc], 64u);
             u0 = coopMultiplyAdd(a, b0, u0);
             if (UW == 64u) {
-                var b1: coop_mat16x16<f16, B>;
-                if (BT == 1u) {
-                    b1 = coopLoad<coop_mat16x16<f16, B>>(
-                        &s_x16[(32u * wc + 16u) * 64u + 16u * k], 64u);
-                } else {
-                    b1 = coopLoadT<coop_mat16x16<f16, B>>(
-                        &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
-                }
+                let b1 = coopLoadT<coop_mat16x16<f16, B>>(
+                    &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
                 u1 = coopMultiplyAdd(a, b1, u1);
             }
         }

@@ -57,8 +57,6 @@ pub struct Gpu {
     pub state_late: Option<u32>,
     /// Requested kda coop intra step 4 form (`AdapterChoice::kda_mma4`).
     pub kda_mma4: Option<u32>,
-    /// Requested B operand layout of the coop intra step 4 (`AdapterChoice::intra_bt`).
-    pub intra_bt: Option<u32>,
     /// Requested layout of the coop kernel's f16 A operands (`AdapterChoice::tiled`).
     pub tiled: Option<u32>,
     /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
@@ -212,7 +210,6 @@ impl Gpu {
             fuse_o: choice.fuse_o,
             state_late: choice.state_late,
             kda_mma4: choice.kda_mma4,
-            intra_bt: choice.intra_bt,
             tiled: choice.tiled,
             probe: choice.probe,
             coop_props,

@@ -67,10 +67,6 @@ pub struct AdapterChoice {
     /// cooperative matrices where the adapter has 47,888 bytes of workgroup memory
     /// (kda_intra_coop.wgsl), 0 = f32 register tiles (ws16_on.wgsl). `None` picks 1.
     pub kda_mma4: Option<u32>,
-    /// The coop intra step 4's B operand layout (`DELTARULE_WGPU_INTRA_BT`, a timing experiment):
-    /// 0 = the source tile staged row-major and loaded row-major, 1 = staged transposed and
-    /// loaded column-major. `None` = 0.
-    pub intra_bt: Option<u32>,
     /// The coop kernel's f16 A operands (W, kdecᵀ, qdec, P) as 16 x 16 tiles one after another
     /// (`DELTARULE_WGPU_TILED`, a tuning knob): 1 = tiled, 0 = plain row-major. `None` picks 1.
     pub tiled: Option<u32>,
@@ -113,9 +109,6 @@ impl AdapterChoice {
                 .ok()
                 .and_then(|s| s.parse().ok()),
             kda_mma4: std::env::var("DELTARULE_WGPU_KDA_MMA4")
-                .ok()
-                .and_then(|s| s.parse().ok()),
-            intra_bt: std::env::var("DELTARULE_WGPU_INTRA_BT")
                 .ok()
                 .and_then(|s| s.parse().ok()),
             tiled: std::env::var("DELTARULE_WGPU_TILED")

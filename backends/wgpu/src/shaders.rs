@@ -198,7 +198,7 @@ impl Shader {
         match self {
             Shader::GdnPrefillIntra => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"],
             Shader::GdnPrefillIntraCoop => &[
-                "HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE", "UW", "BT", "TILED",
+                "HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE", "UW", "TILED",
             ],
             Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop => &[
                 "HEAD_K",
@@ -219,7 +219,6 @@ impl Shader {
                 "PROBE",
                 "STEP2_REF",
                 "UW",
-                "BT",
                 "TILED",
             ],
             Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],

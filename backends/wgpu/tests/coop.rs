@@ -532,7 +532,6 @@ fn every_coop_stage_builds_spirv_for_its_variants() {
                     ("G_DT", 0.0),
                     ("BETA_DT", 0.0),
                     ("UW", 32.0),
-                    ("BT", 1.0),
                 ],
             ),
             (
@@ -554,7 +553,6 @@ fn every_coop_stage_builds_spirv_for_its_variants() {
                     ("G_DT", 0.0),
                     ("BETA_DT", 0.0),
                     ("UW", 32.0),
-                    ("BT", 1.0),
                 ],
             ),
         ];

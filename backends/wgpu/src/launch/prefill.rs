@@ -156,8 +156,6 @@ impl Prefill {
         ) {
             // step 4's U tile width (gdn_intra_coop.wgsl): 64 columns where 64 divides V
             consts.push(("UW", if p.v.is_multiple_of(64) { 64.0 } else { 32.0 }));
-            // step 4's B operand layout (a timing experiment; 0 = row-major, the default)
-            consts.push(("BT", f64::from(u8::from(gpu.intra_bt == Some(1)))));
         }
         let intra = cache.get(gpu, intra_shader, &consts)?;
         // the coop kernel also runs the output pass on cooperative matrices: its intra stage
