@@ -4,7 +4,8 @@
 # the checkout stays clean), stripped and packed as .dev/pack/dev.tar.xz, and the Vulkan loader
 # packages in .gl (the device README's list). Then: device run `bash bench/h200_s13z.sh` with
 # carry [".dev/pack", ".gl"].
-# Usage: bash bench/pack_s13z.sh   (from the repository root)
+# Usage: bash bench/pack_s13z.sh   (from the repository root; only at commits before 62fb240,
+# which applied the patch to the tree and removed it: the call ran in session 14, see NOTES)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -22,10 +22,11 @@
 //   there as kdecᵀ [K][64] f16 in whole rows; subgroup g takes rows 16 (g / 2) .., columns
 //   32 (g % 2) + 16 j (j < 2) with f16 accumulators (four k-steps, so four roundings to f16
 //   besides the final one: the tensor-core class of SPEC.md section 9) stored straight into
-//   ws16 as W [64][K] row-major (the state pass's A operand);
+//   ws16 as W [64][K] (the state pass's A operand; as contiguous 16 x 16 tiles, common.wgsl's
+//   TILED, since session 14);
 //   U = T (β ⊙ V) over UW-column tiles (UW = 64 when 64 divides V, else 32: the host's override)
 //   with f32 accumulators stored straight into wsu (f32, row-major [64][V4]);
-//   qdec = scale r_q e^Γ ⊙ q written as f16 row-major [64][K] into ws16 from the raw q values (no
+//   qdec = scale r_q e^Γ ⊙ q written as f16 [64][K] (tiled like W) into ws16 from the raw q values (no
 //   staging, no barrier: the first q tile is the stream's last prefetch). P is ws16_gdn.wgsl's.
 // Rows >= L come out zero: T's rows there are unit rows and the scaled source rows are zero.
 // The products' inputs are rounded to f16 (T, and the scaled k / v rows), like the coop state
@@ -46,6 +47,9 @@
 // with this file: with it at 8 bytes both products were wrong on the H200 (and right as scalar
 // sums over the same operands), as in the state pass in session 3.
 //
+// (A-operand offsets go through common.wgsl's a16_off / a16_tile: with TILED, the default, a
+// permutation of the same [rows][columns] region, 16 x 16 tiles stored one after another, so the
+// bounds below, stated for the row-major form, hold for both.)
 // SAFETY (unchecked module): s_t16 indices 16 wi 64 + 16 k + r 64 + c < 4096 (wi, k < 4;
 // r, c < 16), the zero block 16 + r 64 + c < 4096 and idx < 4096; step 2's staging m 32 + cq + 7
 // < 2048 (+ 2048 for q) and its tiles 2048 + 16 wi 32 + 16 kk + r 32 + c, (32 wc + 16 + c) 32 +

@@ -14,10 +14,10 @@
 //   W = T (β r_k e^Γ ⊙ K) over 64-channel tiles: the scaled rows as f16 into s_x16 [64][64],
 //   kdec = r_k e^(Γ_last − Γ) ⊙ K staged f32 in s_at (free after the T copy) and stored as kdecᵀ
 //   [K][64] f16 in whole rows; subgroup g takes rows 16 (g / 2) .., columns 32 (g % 2) + 16 j
-//   (j < 2) with f16 accumulators stored straight into ws16 as W [64][K] (row-major);
+//   (j < 2) with f16 accumulators stored straight into ws16 as W [64][K] (tiled: TILED);
 //   U = T (β ⊙ V) over UW-column tiles (UW = 64 when 64 divides V, else 32), f32 accumulators
 //   stored straight into wsu (f32, [64][V4]);
-//   qdec = scale r_q e^Γ ⊙ q as f16 row-major [64][K] into ws16 from registers (no staging).
+//   qdec = scale r_q e^Γ ⊙ q as f16 [64][K] (tiled) into ws16 from registers (no staging).
 // Every exponent is Γ of a later row minus an earlier one, or Γ_i itself: never positive for log
 // decays (as the f32 step 4). Rows >= L come out zero (T's unit rows, zeroed source rows).
 // The products' inputs are rounded to f16 (T, the scaled rows), W's sums too (four k-steps):
@@ -30,6 +30,9 @@
 // Workgroup memory: the stage's 30,480 bytes (s_at 16,640, s_x 13,056, row arrays 768, s_meta
 // 16) plus s_t16 8 KiB, s_x16 8 KiB and s_cz 1 KiB: 47,888 bytes.
 //
+// (A-operand offsets go through common.wgsl's a16_off / a16_tile: with TILED, the default, a
+// permutation of the same [rows][columns] region, 16 x 16 tiles stored one after another, so the
+// bounds below, stated for the row-major form, hold for both.)
 // SAFETY (unchecked module): s_t16 indices 16 wi 64 + 16 k + r 64 + c < 4096, the zero block
 // 16 + r 64 + c < 4096, idx < 4096; s_x16 m 64 + 4 q + 3 < 4096 (m < 64, q < 16) and
 // (16 k + r) 64 + 32 wc + 16 j + c < 4096; s_at (kdec staging) (4 q + e) 65 + m <= 4158 < 4160

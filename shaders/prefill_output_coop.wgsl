@@ -16,6 +16,9 @@
 // 32 the last tile's second column half reads columns V − 32 .. again (in range) and put_o4
 // drops them (e >= V).
 //
+// (A-operand offsets go through common.wgsl's a16_off / a16_tile: with TILED, the default, a
+// permutation of the same [rows][columns] region, 16 x 16 tiles stored one after another, so the
+// bounds below, stated for the row-major form, hold for both.)
 // SAFETY (unchecked module): c < chunks and t0 + L <= T from the chunk table; ws16 reads in slot
 // (c hvb + z) of ws16_slot(K, V) halves, sized by the host: qdec ws16_qd + (16 wi + r) K +
 // 16 k + c < ws16_p (k < K / 16); P ws16_p + (16 wi + r) 64 + 16 k + c < ws16_h (k < 4);

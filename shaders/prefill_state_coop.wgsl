@@ -42,6 +42,13 @@
 // the W tiles that way, as a timing probe over the old layout, took the pass from 1.021 to
 // 0.945 ms on the H200 (gdn and kda 1x8192).
 //
+// v5 (session 14, TILED): the intra stage stores those A operands as contiguous 16 x 16 tiles
+// (common.wgsl's a16_tile), so each matrix load here reads 512 contiguous bytes with stride 16
+// instead of 16 rows 2 K (or 128) bytes apart. Timing probes on the H200 (s14c) had shown the
+// pass waiting on these loads (skipping the steady state's W and qdec loads: 0.956 -> 0.737 ms;
+// the late kdecᵀ and P loads: 0.956 -> 0.756); tiled, the pass measured 0.95 -> 0.60 ms at gdn
+// 16/32 and kda 32/32 1 x 8192 (s14d; predicted 0.75-0.85), golden errors unchanged.
+//
 // Needs: K in {64, 128}, V a multiple of 32 (the host's coop rule), BV = 32 (the prelude's
 // default; the host passes no BV), 256 invocations in 8 subgroups of 32 (Gpu::coop checks the
 // adapter's subgroup size). Every cooperative-matrix operation runs in workgroup-uniform control
@@ -54,6 +61,9 @@
 // rows 16 (g / 2) .. and, at K = 128, 16 (g / 2 + 4) ..; columns 16 (g % 2) ...
 // Workgroup memory: s_s16 8 KiB, s_v16 4 KiB, s_c 16 KiB, s_zero 1 KiB, s_mt 16 B (29 KiB).
 //
+// (A-operand offsets go through common.wgsl's a16_off / a16_tile: with TILED, the default, a
+// permutation of the same [rows][columns] region, 16 x 16 tiles stored one after another, so the
+// bounds below, stated for the row-major form, hold for both.)
 // SAFETY (unchecked module): as prefill_state.wgsl for wsa (e^Γ_last), wsu, wsh, st and outs (U
 // and V_new columns e_v + 7 < V because V is a multiple of 32 and vt < V / 32). ws16 reads stay
 // in slot (c hvb + z) of ws16_slot(K, V) halves, which the host sized for hvb x chunks

@@ -2,8 +2,12 @@
 // intra.wgsl; ws16_on.wgsl is the kda variant's, which is not a cooperative-matrix module and so
 // writes f16 as packed u32 words). This module has `enable f16`, so ws16 is an array of f16 and
 // every value is rounded by the hardware conversion. Slot layout: common.wgsl's ws16_slot (gdn:
-// W, kdecᵀ, qdec, P here, row-major; h and V_new from the unfused state pass).
+// W, kdecᵀ, qdec, P here, as 16 x 16 tiles (TILED, session 14) or row-major; h and V_new from the
+// unfused state pass).
 //
+// (A-operand offsets go through common.wgsl's a16_off / a16_tile: with TILED, the default, a
+// permutation of the same [rows][columns] region, 16 x 16 tiles stored one after another, so the
+// bounds below, stated for the row-major form, hold for both.)
 // SAFETY (unchecked module): indices stay in slot (c hvb + z) of ws16_slot(K, V) halves, which
 // the host sized for hvb x chunks slots: kdecᵀ 64 K + (d0 + 3) 64 + m < 128 K (m < 64,
 // d0 + 3 < K), P ws16_p + i 64 + j < ws16_p + 4096 (i, j < 64); W and qdec:

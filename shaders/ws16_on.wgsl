@@ -3,9 +3,13 @@
 // `enable f16` and ws16 is an array of f16, every value rounded by the hardware conversion).
 // Writes W and kdecᵀ (the operands of the cooperative-matrix state pass) and, since session 12,
 // qdec and P (those of the cooperative-matrix output products, as gdn's ws16_gdn.wgsl does)
-// instead of f32 into wsa; row-major A operands since session 13 (common.wgsl's ws16_slot). Slot layout: common.wgsl's ws16_slot (the same for kda and gdn).
+// instead of f32 into wsa; row-major A operands since session 13, as 16 x 16 tiles
+// since session 14 (common.wgsl's TILED). Slot layout: common.wgsl's ws16_slot (the same for kda and gdn).
 // The f32 variants include ws16_off.wgsl instead and keep 8 storage buffers.
 //
+// (A-operand offsets go through common.wgsl's a16_off / a16_tile: with TILED, the default, a
+// permutation of the same [rows][columns] region, 16 x 16 tiles stored one after another, so the
+// bounds below, stated for the row-major form, hold for both.)
 // SAFETY (unchecked modules): indices stay in slot (c hvb + z) of ws16_slot(K, V) halves,
 // which the host sized for hvb x chunks slots: W (i + 3) K + d + 3 < 64 K (i <= 60, d + 3 < K),
 // kdecᵀ 64 K + (d0 + 3) 64 + m < 128 K (m < 64, d0 + 3 < K), qdec ws16_qd + i K + d + 3 <

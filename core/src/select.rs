@@ -599,8 +599,9 @@ pub static RULES: &[Rule] = &[
         "wgpu.kda.prefill.coop",
         Op::Kda,
         WGPU_COOP_NEEDS,
-        "WGSL chunked prefill of kda: the f32 intra stage, then the cooperative-matrix state \
-         pass (o folded in) of wgpu.gdn.prefill.coop",
+        "WGSL chunked prefill of kda: the intra stage with W and U on cooperative matrices where \
+         the adapter has 47,888 bytes of workgroup memory (in f32 with 32 KiB), then the \
+         cooperative-matrix state pass (o folded in) of wgpu.gdn.prefill.coop",
     ),
     wgpu_rule(
         "wgpu.kda.decode.recurrent",
