@@ -20,13 +20,14 @@ fn set_base16(slot: u32) {
     p_base16 = slot * ws16_slot(HEAD_K, HEAD_V);
 }
 
-// kdec row m, channels d0 .. d0 + 3 as f16 into kdecᵀ (always written here).
+// kdec row m, channels d0 .. d0 + 3 as f16 into kdecᵀ (intra.wgsl's put_kdec hook; the gdn coop
+// step 4 writes kdecᵀ itself since session 14, so nothing calls this here; kept in the layout).
 fn put_kdec16(m: u32, d0: u32, kd: vec4<f32>) -> bool {
-    let o = p_base16 + 64u * HEAD_K + d0 * 64u + m;
-    ws16[o] = f16(kd.x);
-    ws16[o + 64u] = f16(kd.y);
-    ws16[o + 128u] = f16(kd.z);
-    ws16[o + 192u] = f16(kd.w);
+    let o = p_base16 + 64u * HEAD_K;
+    ws16[o + a16_off(d0, m, 64u)] = f16(kd.x);
+    ws16[o + a16_off(d0 + 1u, m, 64u)] = f16(kd.y);
+    ws16[o + a16_off(d0 + 2u, m, 64u)] = f16(kd.z);
+    ws16[o + a16_off(d0 + 3u, m, 64u)] = f16(kd.w);
     return true;
 }
 
