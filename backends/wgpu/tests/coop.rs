@@ -513,49 +513,25 @@ fn every_coop_stage_builds_spirv_for_its_variants() {
                 Shader::PrefillOutputCoop,
                 vec![("HEAD_K", k), ("HEAD_V", v)],
             ),
-            (
-                Shader::GdnPrefillIntraCoop,
-                vec![
-                    ("HEAD_K", k),
-                    ("HEAD_V", v),
-                    ("QKV_DT", 1.0),
-                    ("G_DT", 0.0),
-                    ("BETA_DT", 0.0),
-                ],
-            ),
-            (
-                Shader::GdnPrefillIntraCoop,
-                vec![
-                    ("HEAD_K", k),
-                    ("HEAD_V", v),
-                    ("QKV_DT", 1.0),
-                    ("G_DT", 0.0),
-                    ("BETA_DT", 0.0),
-                    ("UW", 32.0),
-                ],
-            ),
-            (
-                Shader::KdaPrefillIntraMma,
-                vec![
-                    ("HEAD_K", k),
-                    ("HEAD_V", v),
-                    ("QKV_DT", 1.0),
-                    ("G_DT", 0.0),
-                    ("BETA_DT", 0.0),
-                ],
-            ),
-            (
-                Shader::KdaPrefillIntraMma,
-                vec![
-                    ("HEAD_K", k),
-                    ("HEAD_V", v),
-                    ("QKV_DT", 1.0),
-                    ("G_DT", 0.0),
-                    ("BETA_DT", 0.0),
-                    ("UW", 32.0),
-                ],
-            ),
         ];
+        // the matrix intra stages, with 64- and 32-column U tiles (UW) and both A-operand layouts
+        let mut cases = cases;
+        for s in [Shader::GdnPrefillIntraCoop, Shader::KdaPrefillIntraMma] {
+            for (uw, tiled) in [(64.0, 1.0), (32.0, 1.0), (64.0, 0.0)] {
+                cases.push((
+                    s,
+                    vec![
+                        ("HEAD_K", k),
+                        ("HEAD_V", v),
+                        ("QKV_DT", 1.0),
+                        ("G_DT", 0.0),
+                        ("BETA_DT", 0.0),
+                        ("UW", uw),
+                        ("TILED", tiled),
+                    ],
+                ));
+            }
+        }
         for (s, consts) in cases {
             for checked in [false, true] {
                 let m = deltarule_wgpu::coop::build(s, &consts, checked)
