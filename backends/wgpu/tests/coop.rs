@@ -481,7 +481,7 @@ fn the_coop_intra_variants_build_pipelines() {
 fn every_coop_stage_builds_spirv_for_its_variants() {
     use deltarule_wgpu::shaders::Shader;
     for (k, v) in [(64.0, 64.0), (128.0, 128.0), (64.0, 128.0), (128.0, 64.0)] {
-        let cases: Vec<(Shader, Vec<(&str, f64)>)> = vec![
+        let mut cases: Vec<(Shader, Vec<(&str, f64)>)> = vec![
             (
                 Shader::PrefillStateCoop,
                 vec![("HEAD_K", k), ("HEAD_V", v), ("OUT16", 0.0)],
@@ -515,7 +515,6 @@ fn every_coop_stage_builds_spirv_for_its_variants() {
             ),
         ];
         // the matrix intra stages, with 64- and 32-column U tiles (UW) and both A-operand layouts
-        let mut cases = cases;
         for s in [Shader::GdnPrefillIntraCoop, Shader::KdaPrefillIntraMma] {
             for (uw, tiled) in [(64.0, 1.0), (32.0, 1.0), (64.0, 0.0)] {
                 cases.push((
