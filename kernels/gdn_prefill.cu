@@ -64,5 +64,14 @@ extern "C" __global__ void __launch_bounds__(160, 1) gdn_prefill_statewgt(const 
 }
 #endif
 
+#if HEAD_K >= 64 && HEAD_V >= 64
+// The fused T-form (prefill.cuh, fused_t; `chunked` where the final state is stored in f32):
+// grid (HV, N), 256 threads, two CTAs per SM, shared FTLay::TOTAL. One CTA per (sequence, value
+// head): the T-form intra stage into shared memory, then the state work per 64 V columns.
+extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_fusedt(const Params p) {
+    fused_t(p);
+}
+#endif
+
 // The size table the host reads (prefill.cuh, PREFILL_SIZES).
-extern "C" __device__ int gdn_prefill_sizes[13] = PREFILL_SIZES(false);
+extern "C" __device__ int gdn_prefill_sizes[14] = PREFILL_SIZES(false);

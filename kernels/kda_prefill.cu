@@ -41,4 +41,4 @@ extern "C" __global__ void __launch_bounds__(160, 1) kda_prefill_statewg(const P
 #endif
 
 // The size table the host reads (prefill.cuh, PREFILL_SIZES).
-extern "C" __device__ int kda_prefill_sizes[13] = PREFILL_SIZES(true);
+extern "C" __device__ int kda_prefill_sizes[14] = PREFILL_SIZES(true);

@@ -48,6 +48,8 @@
 // 128 the small-bh bulk copies of the block to the workspace; 256 a clock64 timeline of sampled
 // chunks (printf); 512 the former f32 CUDA-core T merge instead of the tensor-core doubling.
 // T-form state pass: 2048 U from T_u's hi part only; 4096 o by per-thread stores for every chunk.
+// Fused T-form (fused_t): 256 a clock64 timeline too (TLT lines), 8192 no intra stage (the state
+// part on stale shared memory), 16384 no state part.
 #ifndef PROBE
 #define PROBE 0
 #endif
@@ -441,6 +443,31 @@ struct TLay {
     // (the T-form exists for K, V >= 64 only: see gdn_prefill.cu)
     static_assert(END <= WLay::BLOCK || KD < 64 || VD < 64, "the T-form block fits the workspace block");
 };
+// The fused T-form (gdn, `{op}_prefill_fusedt`, K and V >= 64): one CTA per (sequence, value
+// head) runs the T-form intra stage (intra_chunk<false, true, true, true>: the block stays in
+// shared memory, q and k rows kept L2-normalised, so T_w = T diag(β e^Γ), FQ = scale e^Γ, FK =
+// e^{Γlast - Γ}), then the chunk's state work over 64-column V tiles on mma.sync (fused_t).
+// The intra arena (Lay<false, true>) keeps Ks (normalised k), Qs (normalised q), P (k̃ slot),
+// T_u hi, lo (TB) and the factors (FAC); T_w goes over the dead f32 A (AF). The state part uses
+// the dead T scratch for Sb (bf16 S tile [KD][VTP], then the V tile and the FK-scaled V_new over
+// it) and one more [64][VTP] tile XV (-K·S, then V_new) where it fits.
+struct FTLay {
+    typedef Lay<false, true> LY;
+    static constexpr int VT = 64, VTP = VT + 8, TILE = 64 * VTP * 2;
+    static constexpr int TW = LY::AF;                            // T_w [64][CP]
+    static constexpr int SR = align16(TW + 64 * CP * 2);         // Sb [KD][VTP] | V, Vs [64][VTP]
+    static constexpr int SRB = imax(KD * VTP * 2, 2 * TILE);
+    static constexpr int XV = LY::KDT + 64 * CP * 2 + TILE <= LY::AF ? LY::KDT + 64 * CP * 2
+                                                                      : align16(LY::FAC + TLay::FACB);
+    static constexpr int TOTAL = imax(LY::TOTAL, XV + TILE);
+    static constexpr bool ON = KD >= 64 && VD >= 64;  // (P in the k̃ slot needs CP <= KP)
+    static_assert(!ON || TW + 64 * CP * 2 <= LY::TF, "T_w over A, before T (read while T_w is built)");
+    static_assert(!ON || SR + SRB <= LY::TB, "the S tile over the dead T scratch, before T_u");
+    static_assert(!ON || (XV >= LY::KDT + 64 * CP * 2 && (XV + TILE <= LY::AF || XV >= LY::FAC + TLay::FACB)),
+                  "XV clear of P, T_w and the factors");
+    static_assert(!ON || TOTAL <= 232448, "shared memory of the fused T-form");
+};
+
 // Offset (floats) of U[t][v] in the Uᵀ fragment order above.
 __host__ __device__ constexpr int ut_off(int t, int v) {
     const int g = v & 7, h = (v >> 3) & 1, q = (t >> 1) & 3, j = t & 1;
@@ -514,11 +541,13 @@ __device__ __forceinline__ void publish_ready(const Params& p, int it) {
 // arena `sm` (layout Lay<KDA>). All NTH threads; ends without a final barrier.
 // TONLY (gdn DIRECT only): the T-form block (TLay): steps 1-3, then T_w, T_u, the factors; no
 // X, V, q̃, k̃, W or U (the wgmma state pass smallbh_state_wgt builds W·S and U from the inputs).
-template <bool KDA, bool DIRECT = false, bool TONLY = false>
+// FT (with TONLY): the fused T-form: the block stays in shared memory (FTLay), no copies.
+template <bool KDA, bool DIRECT = false, bool TONLY = false, bool FT = false>
 __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, char* wdst = nullptr,
                             int publish = -1) {
     typedef Lay<KDA, DIRECT> LY;
     static_assert(!TONLY || (DIRECT && !KDA), "the T-form is gdn's small-bh intra");
+    static_assert(!FT || TONLY, "the fused T-form runs the T-form intra stage");
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int h = hv / p.group;
 #if PROBE & 256
@@ -1014,9 +1043,9 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         }
         if (tid < KD) GLs[tid] = fexp2(G[63 * KD + tid]);
     }
-    if constexpr (PSTAGE) fence_proxy_async();
+    if constexpr (PSTAGE && !FT) fence_proxy_async();
     __syncthreads();
-    if constexpr (PSTAGE) {
+    if constexpr (PSTAGE && !FT) {
         if (tid == 0 && !(PROBE & 128)) {
             bulk_s2g(wdst + (TONLY ? TLay::P : WLay::P), sm + LY::KDT, 64 * CP * 2);
             bulk_commit();
@@ -1159,7 +1188,8 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         // (Tmp is free after the merges); rows past L have rq = rk = β = 0.
         float* fac = (float*)(sm + LY::FAC);
         if (tid < CH) {
-            const float e = fexp(G[tid]), rq = fac[tid], rk = fac[CH + tid];
+            // (FT: q and k stay normalised in Qs and Ks, so no 1/|q|, 1/|k| here)
+            const float e = fexp(G[tid]), rq = FT ? 1.0f : fac[tid], rk = FT ? 1.0f : fac[CH + tid];
             fac[tid] = p.scale * e * rq;
             fac[CH + tid] = fexp(G[63] - G[tid]) * rk;
             Tmp[tid] = Bs[tid] * e * rk;
@@ -1168,7 +1198,8 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         __syncthreads();
         // T_u = T diag(β) hi + lo (Tbh, Tbl), T_w = T diag(β e^Γ / |k|) hi over the dead Ks slot
         // (Ks and Qs are dead since step 2; [64][CP] fits in the [64][KP] slot)
-        u16* Twh = (u16*)(sm + LY::WM);
+        // (FT: over the dead f32 A instead, Ks stays for the state part)
+        u16* Twh = (u16*)(sm + (FT ? FTLay::TW : LY::WM));
         for (int idx = tid; idx < CH * CH / 2; idx += NTH) {
             const int i = idx >> 5, j = 2 * (idx & 31);
             const bool in = (j >> 4) <= (i >> 4);
@@ -1179,9 +1210,10 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             *(u32*)(Tbl + i * CP + j) = pack_mma(t0 - from_mma((u16)(hi & 0xffffu)), t1 - from_mma((u16)(hi >> 16)));
             *(u32*)(Twh + i * CP + j) = pack_mma(a0 * Tmp[j], a1 * Tmp[j + 1]);
         }
-        fence_proxy_async();
+        if constexpr (!FT) fence_proxy_async();
         __syncthreads();
         TLM(6);
+        if constexpr (FT) return;  // (the block stays in shared memory for fused_t)
         static_assert(TLay::TUL == TLay::TUH + 64 * CP * 2, "T_u hi, lo adjacent (Tbl = Tbh + 64 CP)");
         if (tid == 0 && !(PROBE & 128)) {
             bulk_s2g(wdst + TLay::TWH, sm + LY::WM, 64 * CP * 2);
@@ -1582,6 +1614,284 @@ __device__ void chunked_fused(const Params& p) {
 #endif
     const i64 row = final_row(p, n);
     if (row >= 0) store_state<VD, NTH / 32>(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, 0);
+}
+
+// ------------------------------------------------------------------- the fused T-form (gdn)
+// grid (HV, N), NTH threads (two CTAs per SM), dynamic shared memory FTLay::TOTAL. One CTA per
+// (sequence, value head) walks its chunks: the T-form intra stage into shared memory, then for
+// each 64-column V tile of the state (S0 = the state before the chunk):
+//   1. Sb = bf16(S0 tile); X = K·S0 (stored negated, bf16) and O = FQ ⊙ (Q·S0) (registers)
+//   2. V_new = T_u,hi V + T_u,lo V + T_w (-X)                  (f32 accumulators)
+//   3. O += P·V_new, o stored; 4. S = e^Γlast S0 + Kᵀ (FK ⊙ V_new), S0 re-read in f32
+// No state lives in registers across the intra stage (two CTAs per SM: 128 registers), so the
+// state between chunks is the f32 final-state row itself (the host takes this kernel only where
+// the final state is stored in f32; an in-place pool is safe: every element is read before the
+// same thread writes it, and the S0 tile of a V tile is read before any write to it).
+// Rows past L: q, k rows and β are zero, so they add nothing; o rows < L are stored.
+// Offsets of the fused T-form's state tile accesses without per-element index arithmetic: in
+// both layouts an element's offset is linear in the loop counters (strides from state_off).
+struct FtStride {
+    i64 base;   // element (d0, e0)
+    int sd, se;  // +1 channel, +1 V column
+};
+__device__ __forceinline__ FtStride ft_stride(const Params& p, i64 slot, int d0, int e0) {
+    const bool kv = p.layout == LAYOUT_KV;
+    return FtStride{slot * KD * VD + state_off(p.layout, d0, e0, KD, VD), kv ? VD : 1, kv ? 1 : KD};
+}
+// The S tile in the accumulator layout of Tiles<KD, VT, NW> (a warp's tiles share one tile row,
+// so tile i of a warp is 8 i columns right of its first): load (zeros without a state) / store.
+// In the kv layout an accumulator pair (c, c + 1) is adjacent in memory: one 8-byte (f32) or
+// 4-byte access for both, four lanes a full 32-byte sector; vk: one access an element.
+template <int VT, int NW>
+__device__ __forceinline__ void ft_ld_s(const Params& p, float (&acc)[Tiles<KD, VT, NW>::PER][4],
+                                        const void* base, int dt, i64 slot, int v0) {
+    typedef Tiles<KD, VT, NW> TS;
+    static_assert(TS::NT % TS::PER == 0, "a warp's tiles in one tile row");
+    if (base == nullptr || slot < 0) {
+        zero_acc(acc);
+        return;
+    }
+    int r, c;
+    tile_rc<KD, VT, NW>(threadIdx.x >> 5, threadIdx.x & 31, 0, r, c);
+    const FtStride st = ft_stride(p, slot, r, v0 + c);
+    with_dt(dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
+        if (st.se == 1) {
+#pragma unroll
+            for (int i = 0; i < TS::PER; ++i) {
+                float x[2], y[2];
+                ldv<DT, 2>(base, st.base + 8 * i, x);
+                ldv<DT, 2>(base, st.base + 8 * i + 8 * st.sd, y);
+                acc[i][0] = x[0], acc[i][1] = x[1], acc[i][2] = y[0], acc[i][3] = y[1];
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < TS::PER; ++i) {
+                const i64 o = st.base + (i64)(8 * i) * st.se;
+                acc[i][0] = ldt<DT>(base, o);
+                acc[i][1] = ldt<DT>(base, o + st.se);
+                acc[i][2] = ldt<DT>(base, o + 8 * st.sd);
+                acc[i][3] = ldt<DT>(base, o + 8 * st.sd + st.se);
+            }
+        }
+    });
+}
+template <int VT, int NW>
+__device__ __forceinline__ void ft_st_s(const Params& p, const float (&acc)[Tiles<KD, VT, NW>::PER][4], void* base,
+                                        int dt, i64 slot, int v0) {
+    typedef Tiles<KD, VT, NW> TS;
+    int r, c;
+    tile_rc<KD, VT, NW>(threadIdx.x >> 5, threadIdx.x & 31, 0, r, c);
+    const FtStride st = ft_stride(p, slot, r, v0 + c);
+    with_dt(dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
+        if (st.se == 1) {
+#pragma unroll
+            for (int i = 0; i < TS::PER; ++i) {
+                st2<DT>(base, st.base + 8 * i, acc[i][0], acc[i][1]);
+                st2<DT>(base, st.base + 8 * i + 8 * st.sd, acc[i][2], acc[i][3]);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < TS::PER; ++i) {
+                const i64 o = st.base + (i64)(8 * i) * st.se;
+                st1<DT>(base, o, acc[i][0]);
+                st1<DT>(base, o + st.se, acc[i][1]);
+                st1<DT>(base, o + 8 * st.sd, acc[i][2]);
+                st1<DT>(base, o + 8 * st.sd + st.se, acc[i][3]);
+            }
+        }
+    });
+}
+// L2 prefetches for the fused T-form (one bulk prefetch a row, threads 0-255): the V rows of
+// chunk [t0, t0 + L), read after its intra stage, and the q, k and v rows of the next chunk
+// [t1, t1 + L1) (L1 = 0: none). (q, k and v are 16-byte aligned, rows a multiple of 16 bytes.)
+__device__ __forceinline__ void ft_prefetch(const Params& p, int hv, int t0, int L, int t1, int L1) {
+    const int tid = threadIdx.x, r = tid & 63, part = tid >> 6;
+    const int es = p.qkv_dt == DT_F32 ? 4 : 2;
+    const int h = hv / p.group;
+    static_assert(NTH == 256, "four row parts of 64");
+    if (part == 0) {
+        if (r < L) prefetch_l2((const char*)p.v + ((i64)(t0 + r) * p.HV + hv) * VD * es, (u32)(VD * es));
+    } else if (r < L1) {
+        const i64 t = t1 + r;
+        if (part == 1) prefetch_l2((const char*)p.q + (t * p.H + h) * KD * es, (u32)(KD * es));
+        else if (part == 2) prefetch_l2((const char*)p.k + (t * p.H + h) * KD * es, (u32)(KD * es));
+        else prefetch_l2((const char*)p.v + (t * p.HV + hv) * VD * es, (u32)(VD * es));
+    }
+}
+__device__ void fused_t(const Params& p) {
+    extern __shared__ __align__(16) char sm[];
+    typedef Lay<false, true> LY;
+    typedef FTLay F;
+    constexpr int NW = NTH / 32, VT = F::VT, VTP = F::VTP;
+    typedef Tiles<CH, VT, NW> TO;
+    typedef Tiles<KD, VT, NW> TS;
+    const int hv = blockIdx.x, n = blockIdx.y;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const i64 slot0 = initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv;
+    const i64 frow = final_row(p, n);
+    const i64 fslot = frow < 0 ? -1 : frow * p.HV + hv;
+    if (tid == 0 && p.state_in != nullptr && slot0 >= 0) {
+        const int es = p.s_in_dt == DT_F32 ? 4 : 2;
+        const char* a = (const char*)p.state_in + slot0 * KD * VD * es;
+        if (((unsigned long long)a & 15) == 0) prefetch_l2(a, (u32)(KD * VD * es));
+    }
+    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
+    const int len = (int)(eos - bos);
+    if (len == 0) {  // (the state passes through)
+        if (fslot >= 0)
+            for (int v0 = 0; v0 < VD; v0 += VT) {
+                float s[TS::PER][4];
+                load_state<VT, NW>(p, s, p.state_in, p.s_in_dt, slot0, v0);
+                store_state<VT, NW>(p, s, p.state_out, p.s_out_dt, fslot, v0);
+            }
+        return;
+    }
+    const u16* Ks = (const u16*)(sm + LY::WM);
+    const u16* Qs = (const u16*)(sm + LY::QD);
+    const u16* Pm = (const u16*)(sm + LY::KDT);
+    const u16* Tw = (const u16*)(sm + F::TW);
+    const u16* Tuh = (const u16*)(sm + LY::TB);
+    const u16* Tul = Tuh + 64 * CP;
+    const float* fac = (const float*)(sm + LY::FAC);
+    u16* Sb = (u16*)(sm + F::SR);
+    u16* Vh = Sb;               // (after step 1)
+    u16* Vs = Sb + 64 * VTP;    // (after step 2)
+    u16* XV = (u16*)(sm + F::XV);
+    const int nch = (len + CH - 1) / CH;
+#if PROBE & 256
+    long long ftl[5] = {0, 0, 0, 0, 0};
+#endif
+#pragma unroll 1
+    for (int c = 0; c < nch; ++c) {
+        const int t0 = (int)bos + c * CH;
+        const int L = imin(CH, len - c * CH);
+        // the state before the chunk: the initial state, then the final-state row (f32)
+        const void* sin = c == 0 ? p.state_in : p.state_out;
+        const int sdt = c == 0 ? p.s_in_dt : DT_F32;
+        const i64 sslot = c == 0 ? slot0 : fslot;
+        ft_prefetch(p, hv, t0, L, t0 + CH, imin(CH, len - (c + 1) * CH));
+#if PROBE & 256
+        long long q0 = clock64();
+#endif
+#if !(PROBE & 8192)
+        intra_chunk<false, true, true, true>(p, sm, t0, L, hv);  // (ends with a barrier)
+#else
+        __syncthreads();
+#endif
+#if PROBE & 256
+        {
+            const long long q1 = clock64();
+            ftl[0] += q1 - q0;
+            q0 = q1;
+        }
+#define FTL(k)                           \
+    {                                    \
+        const long long q1 = clock64();  \
+        ftl[k] += q1 - q0;               \
+        q0 = q1;                         \
+    }
+#else
+#define FTL(k) ((void)0)
+#endif
+#if PROBE & 16384
+        continue;
+#endif
+        const float gl = fac[2 * CH];
+#pragma unroll 1
+        for (int v0 = 0; v0 < VD; v0 += VT) {
+            // the V tile's rows, in registers until Sb is dead (rows past L re-read row L - 1:
+            // T_u's columns there are zero)
+            constexpr int VE = 64 * VT / NTH / 4;  // groups of 4 a thread
+            float vr[VE][4];
+            with_dt(p.qkv_dt, [&](auto D) {
+                constexpr int DT = decltype(D)::value;
+#pragma unroll
+                for (int j = 0; j < VE; ++j) {
+                    const int e = tid + NTH * j, t = e / (VT / 4), cc = 4 * (e % (VT / 4));
+                    ldv<DT, 4>(p.v, ((i64)(t0 + imin(t, L - 1)) * p.HV + hv) * VD + v0 + cc, vr[j]);
+                }
+            });
+            // S0 once, in the accumulator layout: Sb from it, and kept for step 4
+            float s0[TS::PER][4];
+            ft_ld_s<VT, NW>(p, s0, sin, sdt, sslot, v0);
+            write_sb<VT, NW>(s0, Sb);
+            __syncthreads();
+            FTL(1);
+            float acc[TO::PER][4], accO[TO::PER][4];
+            zero_acc(acc);
+            zero_acc(accO);
+            mma_tiles<CH, VT, KD, NW, false, true>(acc, Ks, KP, Sb, VTP, warp, lane);
+            mma_tiles<CH, VT, KD, NW, false, true>(accO, Qs, KP, Sb, VTP, warp, lane);
+#pragma unroll
+            for (int i = 0; i < TO::PER; ++i) {
+                int r, cc;
+                tile_rc<CH, VT, NW>(warp, lane, i, r, cc);
+                *(u32*)(XV + r * VTP + cc) = pack_mma(-acc[i][0], -acc[i][1]);
+                *(u32*)(XV + (r + 8) * VTP + cc) = pack_mma(-acc[i][2], -acc[i][3]);
+                const float f0 = fac[r], f1 = fac[r + 8];
+                accO[i][0] *= f0;
+                accO[i][1] *= f0;
+                accO[i][2] *= f1;
+                accO[i][3] *= f1;
+            }
+            __syncthreads();  // (Sb is dead: the V tile goes over it)
+#pragma unroll
+            for (int j = 0; j < VE; ++j) {
+                const int e = tid + NTH * j, t = e / (VT / 4), cc = 4 * (e % (VT / 4));
+                *(uint2*)(Vh + t * VTP + cc) = make_uint2(pack_mma(vr[j][0], vr[j][1]), pack_mma(vr[j][2], vr[j][3]));
+            }
+            __syncthreads();
+            FTL(2);
+            zero_acc(acc);
+            mma_tiles<CH, VT, CH, NW, false, true>(acc, Tuh, CP, Vh, VTP, warp, lane);
+            mma_tiles<CH, VT, CH, NW, false, true>(acc, Tul, CP, Vh, VTP, warp, lane);
+            mma_tiles<CH, VT, CH, NW, false, true>(acc, Tw, CP, XV, VTP, warp, lane);
+            __syncthreads();  // (X and the V tile are dead)
+#pragma unroll
+            for (int i = 0; i < TO::PER; ++i) {
+                int r, cc;
+                tile_rc<CH, VT, NW>(warp, lane, i, r, cc);
+                const float k0 = fac[CH + r], k1 = fac[CH + r + 8];
+                *(u32*)(XV + r * VTP + cc) = pack_mma(acc[i][0], acc[i][1]);
+                *(u32*)(XV + (r + 8) * VTP + cc) = pack_mma(acc[i][2], acc[i][3]);
+                *(u32*)(Vs + r * VTP + cc) = pack_mma(k0 * acc[i][0], k0 * acc[i][1]);
+                *(u32*)(Vs + (r + 8) * VTP + cc) = pack_mma(k1 * acc[i][2], k1 * acc[i][3]);
+            }
+            __syncthreads();
+            FTL(3);
+            mma_tiles<CH, VT, CH, NW, false, true>(accO, Pm, CP, XV, VTP, warp, lane);
+            with_dt(p.out_dt, [&](auto D) {
+                constexpr int DT = decltype(D)::value;
+#pragma unroll
+                for (int i = 0; i < TO::PER; ++i) {
+                    int r, cc;
+                    tile_rc<CH, VT, NW>(warp, lane, i, r, cc);
+                    const i64 o0 = ((i64)(t0 + r) * p.HV + hv) * VD + v0 + cc;
+                    if (r < L) st2<DT>(p.o, o0, accO[i][0], accO[i][1]);
+                    if (r + 8 < L) st2<DT>(p.o, o0 + (i64)8 * p.HV * VD, accO[i][2], accO[i][3]);
+                }
+            });
+            // (S = e^Γlast S0 + Kᵀ Vs, accumulated onto the scaled S0 in place)
+            float (&accS)[TS::PER][4] = s0;
+#pragma unroll
+            for (int i = 0; i < TS::PER; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) accS[i][e] *= gl;
+            mma_tiles<KD, VT, CH, NW, true, true>(accS, Ks, KP, Vs, VTP, warp, lane);
+            if (L == CH) maybe_checkpoint<VT, NW>(p, accS, n, hv, (i64)(c + 1) * CH, v0);
+            if (fslot >= 0) ft_st_s<VT, NW>(p, accS, p.state_out, c + 1 == nch ? p.s_out_dt : DT_F32, fslot, v0);
+            __syncthreads();  // (Sb, Vs and XV are rewritten by the next tile or chunk)
+            FTL(4);
+        }
+    }
+#undef FTL
+#if PROBE & 256
+    if (tid == 0 && (blockIdx.x + 7 * blockIdx.y) % 61 == 5)
+        printf("TLT blk=%d,%d len=%d: intra %lld loads %lld step1 %lld step2 %lld step34 %lld cycles\n", (int)blockIdx.x,
+               (int)blockIdx.y, len, ftl[0], ftl[1], ftl[2], ftl[3], ftl[4]);
+#endif
 }
 
 // ------------------------------------------------------------------------------ small-bh
@@ -2551,7 +2861,8 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
 // small-bh state kernel, the dynamic shared memory and threads of its 16-column variant, and of
 // its 64-column variant (0 where V < 64: no such kernel), and of the wgmma variant (0 where it is
 // not compiled: not sm_90a, K not 64 or 128, or V < 64), then of the T-form wgmma pass (gdn only,
-// else 0). Each .cu file defines `{op}_prefill_sizes[13] = PREFILL_SIZES(KDA)`.
+// else 0), then of the fused T-form (gdn with K, V >= 64, else 0). Each .cu file defines
+// `{op}_prefill_sizes[14] = PREFILL_SIZES(KDA)`.
 #if HEAD_V >= 64
 #define PREFILL_SIZES64(KDA) RLay<64>::TOTAL, 256
 #else
@@ -2568,7 +2879,9 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
 #else
 #define PREFILL_SIZES_WGT(KDA) 0, 0
 #endif
+// (the fused T-form: gdn, K and V >= 64)
+#define PREFILL_SIZES_FT(KDA) ((KDA || !FTLay::ON) ? 0 : FTLay::TOTAL)
 #define PREFILL_SIZES(KDA)                                                                          \
     {Lay<KDA>::TOTAL, RLay<32>::TOTAL, WLay::BLOCK, Lay<KDA, true>::TOTAL, 128, RLay<16>::TOTAL, 64, \
-     PREFILL_SIZES64(KDA), PREFILL_SIZES_WG, PREFILL_SIZES_WGT(KDA)}
+     PREFILL_SIZES64(KDA), PREFILL_SIZES_WG, PREFILL_SIZES_WGT(KDA), PREFILL_SIZES_FT(KDA)}
 

@@ -147,16 +147,23 @@ pub enum AutoWhen {
     /// with many pairs the split form was as fast as or faster than the fused kernel from 1 to
     /// 16 chunks a sequence, gdn and kda; the bound keeps its workspace, ~94 KB a block at
     /// K = V = 128, to ~1.5 GB.)
+    ///
+    /// `short`: where not 0, the fused form also wins (with more pairs than that limit) when every
+    /// sequence is at most `short` tokens long (the longest known) and the final state is dense
+    /// f32: the CUDA gdn fused T-form, which reads the inputs and the state once. (H200, session
+    /// 15, gdn 16/32 256x64: 1.04 ms against 1.155 for the split form.)
     SplitWins {
         num: u32,
         den: u32,
         max_blocks: u64,
+        short: usize,
     },
     /// The complement of `SplitWins` with the same numbers: the fused form.
     FusedWins {
         num: u32,
         den: u32,
         max_blocks: u64,
+        short: usize,
     },
 }
 
@@ -616,16 +623,18 @@ pub static RULES: &[Rule] = &[
         Op::Gdn,
         Mode::Prefill,
         Kernel::Chunked,
-        AutoWhen::FusedWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
+        AutoWhen::FusedWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS, short: FUSED_T_SHORT },
         "fused chunked prefill: one CTA per (sequence, value head), mma.sync bf16/f16 with f32 \
-         accumulation, inverse and state in f32; bf16 operands of the state products",
+         accumulation, inverse and state in f32; bf16 operands of the state products; with a \
+         dense f32 final state and K, V >= 64 the fused T-form (two CTAs an SM, the T-form intra \
+         stage in shared memory, the state between chunks in the final-state row)",
     ),
     cuda_rule(
         "cuda.gdn.prefill.small-bh",
         Op::Gdn,
         Mode::Prefill,
         Kernel::SmallBh,
-        AutoWhen::SplitWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
+        AutoWhen::SplitWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS, short: FUSED_T_SHORT },
         "chunk-parallel intra kernel into a workspace, then a state pass over V tiles (wgmma, \
          64 columns, on sm_90a, for 16-bit inputs the T-form that builds W·S and U from the \
          inputs' k and v rows; else mma.sync, 16, 32 or 64 columns): for few (sequence x value \
@@ -645,7 +654,7 @@ pub static RULES: &[Rule] = &[
         Op::Kda,
         Mode::Prefill,
         Kernel::Chunked,
-        AutoWhen::FusedWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
+        AutoWhen::FusedWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS, short: 0 },
         "fused chunked prefill; A and P in f32 on CUDA cores with 16-token reference points \
          (exact for unbounded softplus gates), the rest on mma.sync as gdn",
     ),
@@ -654,7 +663,7 @@ pub static RULES: &[Rule] = &[
         Op::Kda,
         Mode::Prefill,
         Kernel::SmallBh,
-        AutoWhen::SplitWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS },
+        AutoWhen::SplitWins { num: 1, den: 1, max_blocks: SPLIT_MAX_BLOCKS, short: 0 },
         "chunk-parallel intra kernel into a workspace, then a state pass over V tiles (wgmma, \
          64 columns, on sm_90a; else mma.sync, 16, 32 or 64 columns): for few (sequence x value \
          head) pairs, or any number while the workspace stays bounded",
@@ -936,8 +945,29 @@ fn split_blocks(p: &Problem) -> u64 {
 /// `max_blocks` of the CUDA split/fused rows (16 Ki blocks: gdn 16/32 at 32 K tokens).
 const SPLIT_MAX_BLOCKS: u64 = 16384;
 
+/// `short` of the CUDA gdn split/fused rows: one chunk a sequence.
+const FUSED_T_SHORT: usize = 64;
+
+/// Whether the fused form wins by `short` (see [`AutoWhen::SplitWins`]): more pairs than
+/// `limit`, every sequence at most `short` tokens (`max_seq` known), K and V of at least 64 and
+/// a dense f32 final state (the fused T-form's domain).
+fn short_fused(p: &Problem, short: usize, pairs: u64, limit: u64, max_seq: Option<usize>) -> bool {
+    short > 0
+        && pairs > limit
+        && max_seq.is_some_and(|m| m <= short)
+        && p.k >= 64
+        && p.v >= 64
+        && p.final_state == crate::FinalState::Dense
+        && p.state_out_dtype == crate::DType::F32
+}
+
 /// Longest sequence of a problem, needed by rows with `max_seq_len`.
-fn auto_rejection(rule: &Rule, p: &Problem, caps: &Capabilities) -> Option<Reject> {
+fn auto_rejection(
+    rule: &Rule,
+    p: &Problem,
+    caps: &Capabilities,
+    max_seq: Option<usize>,
+) -> Option<Reject> {
     let pairs = (p.seqs * p.hv) as u64;
     let sms = caps.multiprocessors.unwrap_or(1) as u64;
     match rule.auto_when {
@@ -949,9 +979,17 @@ fn auto_rejection(rule: &Rule, p: &Problem, caps: &Capabilities) -> Option<Rejec
             num,
             den,
             max_blocks,
+            short,
         } => {
             let limit = sms * num as u64 / den as u64;
             let blocks = split_blocks(p);
+            if short_fused(p, short, pairs, limit, max_seq) {
+                return Some(Reject::Heuristic(format!(
+                    "{pairs} (sequence x value head) pairs > {limit} and every sequence at most \
+                     {short} tokens with a dense f32 final state: the fused T-form reads the \
+                     inputs and the state once"
+                )));
+            }
             (pairs > limit && blocks > max_blocks).then(|| {
                 Reject::Heuristic(format!(
                     "{pairs} (sequence x value head) pairs > {limit} ({num}/{den} of {sms} \
@@ -964,9 +1002,13 @@ fn auto_rejection(rule: &Rule, p: &Problem, caps: &Capabilities) -> Option<Rejec
             num,
             den,
             max_blocks,
+            short,
         } => {
             let limit = sms * num as u64 / den as u64;
             let blocks = split_blocks(p);
+            if short_fused(p, short, pairs, limit, max_seq) {
+                return None;
+            }
             (pairs <= limit || blocks <= max_blocks).then(|| {
                 Reject::Heuristic(if pairs <= limit {
                     format!(
@@ -1039,7 +1081,7 @@ pub fn select(
         if let Some(c) = caps {
             rejects.extend(device_rejections(r, c));
             if pref == Preference::Auto || matches!(pref, Preference::Backend(_)) {
-                if let Some(h) = auto_rejection(r, p, c) {
+                if let Some(h) = auto_rejection(r, p, c, max_seq) {
                     rejects.push(h);
                 }
             }
@@ -1080,15 +1122,27 @@ pub fn render_rules() -> String {
                 num,
                 den,
                 max_blocks,
+                short,
             } => {
-                format!("pairs <= {num}/{den} SMs or blocks <= {max_blocks}")
+                let s = if short > 0 {
+                    format!(", unless every sequence <= {short} (dense f32 final)")
+                } else {
+                    String::new()
+                };
+                format!("pairs <= {num}/{den} SMs or blocks <= {max_blocks}{s}")
             }
             AutoWhen::FusedWins {
                 num,
                 den,
                 max_blocks,
+                short,
             } => {
-                format!("pairs > {num}/{den} SMs and blocks > {max_blocks}")
+                let s = if short > 0 {
+                    format!(", or pairs > {num}/{den} SMs and every sequence <= {short} (dense f32 final)")
+                } else {
+                    String::new()
+                };
+                format!("pairs > {num}/{den} SMs and blocks > {max_blocks}{s}")
             }
         };
         out.push_str(&format!(
@@ -1181,17 +1235,35 @@ fn auto_text(a: AutoWhen) -> String {
             num,
             den,
             max_blocks,
+            short,
         } => format!(
             "sequences x value heads <= {num}/{den} x SMs, or (tokens / 64 + sequences) x value \
-             heads <= {max_blocks}"
+             heads <= {max_blocks}{}",
+            if short > 0 {
+                format!(
+                    ", unless every sequence is at most {short} tokens (K, V >= 64, dense f32 \
+                     final state)"
+                )
+            } else {
+                String::new()
+            }
         ),
         AutoWhen::FusedWins {
             num,
             den,
             max_blocks,
+            short,
         } => format!(
             "sequences x value heads > {num}/{den} x SMs and (tokens / 64 + sequences) x value \
-             heads > {max_blocks}"
+             heads > {max_blocks}{}",
+            if short > 0 {
+                format!(
+                    "; or more pairs than that and every sequence at most {short} tokens (K, V \
+                     >= 64, dense f32 final state)"
+                )
+            } else {
+                String::new()
+            }
         ),
     }
 }

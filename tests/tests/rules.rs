@@ -447,6 +447,49 @@ fn auto_splits_prefill_while_the_workspace_is_bounded_then_fuses() {
     assert_eq!(pick(Op::Kda, 512, 1024, 32).0, "cuda.kda.prefill.chunked");
 }
 
+/// Session 15 (H200): gdn 16/32 256x64 on the fused T-form 1.04 ms against 1.155 on small-bh,
+/// 128x128 1.05 against 0.82: auto fuses gdn where every sequence fits one chunk (and the final
+/// state is dense f32, K, V >= 64: the fused T-form's domain), knowing the longest sequence.
+#[test]
+fn auto_fuses_gdn_when_every_sequence_is_one_chunk() {
+    use deltarule_core::{DType, FinalState};
+    let devices = vec![cpu(), DeviceState::Available(cuda_caps(9, 0, 132))];
+    let base = |seqs: usize, len: usize| {
+        let mut p = Problem::new(Op::Gdn, Mode::Prefill, seqs, seqs * len, 16, 32, 128, 128);
+        p.initial = InitialState::Dense;
+        p
+    };
+    let pick = |p: &Problem, max_seq: Option<usize>| {
+        let sel = select(p, &devices, Preference::Auto, max_seq);
+        let id = sel.chosen.map(|r| r.id).unwrap_or("none");
+        (id, sel.explain().join("\n"))
+    };
+    let (id, why) = pick(&base(256, 64), Some(64));
+    assert_eq!(id, "cuda.gdn.prefill.chunked");
+    assert!(why.contains("fused T-form"), "{why}");
+    // the longest sequence unknown, longer than a chunk, or too few pairs: split
+    assert_eq!(pick(&base(256, 64), None).0, "cuda.gdn.prefill.small-bh");
+    assert_eq!(
+        pick(&base(128, 128), Some(128)).0,
+        "cuda.gdn.prefill.small-bh"
+    );
+    assert_eq!(pick(&base(2, 64), Some(64)).0, "cuda.gdn.prefill.small-bh");
+    // outside the fused T-form's domain: split
+    let mut p = base(256, 64);
+    p.state_out_dtype = DType::BF16;
+    assert_eq!(pick(&p, Some(64)).0, "cuda.gdn.prefill.small-bh");
+    let mut p = base(256, 64);
+    p.final_state = FinalState::None;
+    assert_eq!(pick(&p, Some(64)).0, "cuda.gdn.prefill.small-bh");
+    let mut p = Problem::new(Op::Gdn, Mode::Prefill, 256, 256 * 64, 16, 32, 32, 128);
+    p.initial = InitialState::Dense;
+    assert_eq!(pick(&p, Some(64)).0, "cuda.gdn.prefill.small-bh");
+    // kda has no fused T-form
+    let mut p = Problem::new(Op::Kda, Mode::Prefill, 256, 256 * 64, 32, 32, 128, 128);
+    p.initial = InitialState::Dense;
+    assert_eq!(pick(&p, Some(64)).0, "cuda.kda.prefill.small-bh");
+}
+
 /// gdn's coop kernel holds 48,144 bytes of workgroup memory in its intra stage (session 14), kda's
 /// 32 KiB: an adapter with cooperative matrices but 32 KiB of workgroup memory keeps the kda row
 /// and rejects the gdn row with that number, and auto falls back to the f32 kernel for gdn.

@@ -64,8 +64,9 @@ pub struct Loaded {
     /// per (chunk, value head), small-bh intra shared bytes, small-bh state threads, the shared
     /// bytes and threads of the 16-column state variant, of the 64-column one (0 when the
     /// module has none: V < 64), and of the wgmma one (0 when not compiled: not sm_90a, K not 64
-    /// or 128, or V < 64), then of the T-form wgmma one (gdn only; 0 otherwise)].
-    pub sizes: [i32; 13],
+    /// or 128, or V < 64), then of the T-form wgmma one (gdn only; 0 otherwise), then the shared
+    /// bytes of the fused T-form kernel (gdn with K, V >= 64; 0 otherwise)].
+    pub sizes: [i32; 14],
 }
 
 // SAFETY: module and function handles are plain driver handles, valid in any thread that binds
@@ -109,18 +110,18 @@ pub fn load(
     let mut loaded = Loaded {
         module: m,
         funcs: Vec::new(),
-        sizes: [0; 13],
+        sizes: [0; 14],
     };
     if let Some(sym) = module.sizes_symbol() {
         let c = CString::new(sym).map_err(|e| drv("symbol name", e))?;
-        // SAFETY: the symbol is a 52-byte `int[13]` defined by the module.
+        // SAFETY: the symbol is a 56-byte `int[14]` defined by the module.
         let (ptr, bytes) = unsafe { result::module::get_global(m, c) }
             .map_err(|e| drv(&format!("cuModuleGetGlobal({sym})"), e))?;
-        if bytes != 52 {
-            return Err(drv("size table", format!("{bytes} bytes, expected 52")));
+        if bytes != 56 {
+            return Err(drv("size table", format!("{bytes} bytes, expected 56")));
         }
-        let mut sizes = [0i32; 13];
-        // SAFETY: copies the 52 bytes of the symbol into `sizes` (load time only, not per call).
+        let mut sizes = [0i32; 14];
+        // SAFETY: copies the 56 bytes of the symbol into `sizes` (load time only, not per call).
         unsafe { result::memcpy_dtoh_sync(&mut sizes[..], ptr) }
             .map_err(|e| drv("read size table", e))?;
         loaded.sizes = sizes;
@@ -131,7 +132,8 @@ pub fn load(
         .max(loaded.sizes[5])
         .max(loaded.sizes[7])
         .max(loaded.sizes[9])
-        .max(loaded.sizes[11]);
+        .max(loaded.sizes[11])
+        .max(loaded.sizes[13]);
     if dynamic > max_smem {
         return Err(Error::unsupported(
             BackendKind::Cuda,
@@ -145,6 +147,9 @@ pub fn load(
         }
         if name.ends_with("_statewg") && loaded.sizes[9] == 0 {
             continue; // (not compiled for this arch or these head dims)
+        }
+        if name.ends_with("_fusedt") && loaded.sizes[13] == 0 {
+            continue; // (the fused T-form: gdn with K, V >= 64)
         }
         let t_form = ["_statewgt", "_intrat", "_intratov"];
         if t_form.iter().any(|s| name.ends_with(s)) && loaded.sizes[11] == 0 {

@@ -84,6 +84,7 @@ impl Module {
         match self {
             Module::GdnPrefill => &[
                 "gdn_prefill_fused",
+                "gdn_prefill_fusedt",
                 "gdn_prefill_intra",
                 "gdn_prefill_state",
                 "gdn_prefill_state16",

@@ -68,6 +68,9 @@ pub struct CudaBackend {
     /// `DELTARULE_CUDA_OVERLAP_TRACE=1`: the overlapped pair's kernels print a timeline (device
     /// printf; diagnosis only).
     overlap_trace: bool,
+    /// `DELTARULE_CUDA_FUSED=classic`: `chunked` keeps the classic fused kernel where the fused
+    /// T-form would apply (benchmarks; read once).
+    fused_classic: bool,
 }
 
 fn unavailable(reason: impl Into<String>) -> Error {
@@ -141,6 +144,7 @@ impl CudaBackend {
             overlap: std::env::var("DELTARULE_CUDA_OVERLAP")
                 .map_or(OverlapSetting::Auto, |s| OverlapSetting::parse(&s)),
             overlap_trace: std::env::var("DELTARULE_CUDA_OVERLAP_TRACE").is_ok_and(|s| s == "1"),
+            fused_classic: std::env::var("DELTARULE_CUDA_FUSED").is_ok_and(|s| s == "classic"),
         })
     }
 
@@ -363,8 +367,12 @@ impl CudaBackend {
         }
         match kernel {
             Kernel::Chunked => {
-                let name = format!("{prefix}_prefill_fused");
-                let smem = main.sizes[0] as u32;
+                let ft = main.sizes[13] > 0 && fused_t_applies(p) && !self.fused_classic;
+                let (name, smem) = if ft {
+                    (format!("{prefix}_prefill_fusedt"), main.sizes[13] as u32)
+                } else {
+                    (format!("{prefix}_prefill_fused"), main.sizes[0] as u32)
+                };
                 launch_one(
                     &main,
                     &name,
@@ -669,6 +677,15 @@ fn o_fits_tma(p: &Problem, o: u64) -> bool {
 /// T's columns). The modules compile it only where the wgmma pass exists.
 fn t_form_applies(p: &Problem) -> bool {
     p.op == Op::Gdn && matches!(p.qkv_dtype, DType::BF16 | DType::F16)
+}
+
+/// The fused T-form (`gdn_prefill_fusedt`, the `chunked` kernel where it applies; the module has
+/// it for K, V >= 64): it keeps no state in registers across a chunk's intra stage (two CTAs per
+/// SM), so the state between a sequence's chunks lives in its f32 final-state row. It applies
+/// where every sequence has one: a dense final state stored in f32 (a pool row may be -1, "do
+/// not write"; a bf16 row would round the running state). Otherwise the classic fused kernel.
+fn fused_t_applies(p: &Problem) -> bool {
+    p.op == Op::Gdn && p.final_state == FinalState::Dense && p.state_out_dtype == DType::F32
 }
 
 /// How the small-bh pair may overlap ([`overlap_plan`]).

@@ -24,6 +24,76 @@ fn chunked_conformance() {
     }
 }
 
+/// The chunked tests again with the classic fused kernel forced (`DELTARULE_CUDA_FUSED=classic`):
+/// `chunked` runs the fused T-form wherever the final state is dense f32 (most generated cases),
+/// so the classic kernel would otherwise only see the pool and bf16-state cases. A child process
+/// of this binary with the variable set, as the small-bh passes below.
+#[test]
+fn chunked_conformance_with_the_classic_fused_kernel() {
+    if !present() || std::env::var_os("DELTARULE_CUDA_FUSED").is_some() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(&exe)
+        .args(["chunked_", "--nocapture", "--test-threads=1"])
+        .env("DELTARULE_CUDA_FUSED", "classic")
+        .output()
+        .expect("run the test binary");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text
+        .lines()
+        .filter(|l| l.contains(" ran, ") || l.contains("sequences on"))
+    {
+        println!("DELTARULE_CUDA_FUSED=classic: {line}");
+    }
+    assert!(
+        out.status.success(),
+        "chunked conformance with the classic fused kernel failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(" ran, "), "no suite ran:\n{text}");
+}
+
+/// The fused T-form on what the suite's small problems do not reach: gdn 16/32, K = V = 128,
+/// sequences of 0 to 3000 tokens (one-chunk, multi-chunk, partial last chunks, zero-length),
+/// a dense initial state, checkpoints every 128 tokens, in both state layouts, against float64
+/// (`check_case` reruns bit-identical and checks the poisoned outputs were all written).
+#[test]
+fn chunked_long_and_short_sequences() {
+    use deltarule_core::{FinalState, InitialState, Mode, Op, Problem, StateLayout};
+    use deltarule_tests::{cases, diff, generate};
+    if !present() {
+        return;
+    }
+    let lens = [64, 0, 700, 1, 64, 129, 3000, 37];
+    for layout in [StateLayout::Kv, StateLayout::Vk] {
+        let mut p = Problem::new(
+            Op::Gdn,
+            Mode::Prefill,
+            lens.len(),
+            lens.iter().sum(),
+            16,
+            32,
+            128,
+            128,
+        );
+        p.initial = InitialState::Dense;
+        p.final_state = FinalState::Dense;
+        p.checkpoint_every = Some(128);
+        p.layout = layout;
+        p.l2norm = true;
+        let case = generate::generate(&p, &lens, 12, generate::DataStyle::default())
+            .expect("generate the problem");
+        let reference = diff::reference_outputs(&case).expect("the float64 reference");
+        let check = cases::check_case(suite::engine(), "cuda:chunked", &case, &reference)
+            .unwrap_or_else(|e| panic!("gdn long and short sequences ({layout:?}): {e}"));
+        println!(
+            "long and short sequences on cuda:chunked ({layout:?}): {:?}",
+            check.errors
+        );
+    }
+}
+
 #[test]
 fn small_bh_conformance() {
     if present() {

@@ -206,6 +206,13 @@ fn precompile_cache_for_hopper() {
             },
         ));
     }
+    // `DELTARULE_PRECOMPILE_ONLY=gdn_prefill:128:128` (module:K:V): that build only (the probe
+    // builds of a bench script, `DELTARULE_CUDA_PROBE` set)
+    if let Ok(only) = std::env::var("DELTARULE_PRECOMPILE_ONLY") {
+        jobs.retain(|(m, d)| {
+            format!("{}:{}:{}", m.name(), d.head_k, d.head_v) == only && !d.mma_f16
+        });
+    }
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
         for t in 0..threads {
