@@ -449,8 +449,8 @@ struct TLay {
 // e^{Γlast - Γ}), then the chunk's state work over 64-column V tiles on mma.sync (fused_t).
 // The intra arena (Lay<false, true>) keeps Ks (normalised k), Qs (normalised q), P (k̃ slot),
 // T_u hi, lo (TB) and the factors (FAC); T_w goes over the dead f32 A (AF). The state part uses
-// the dead T scratch for Sb (bf16 S tile [KD][VTP], then the V tile and the FK-scaled V_new over
-// it) and one more [64][VTP] tile XV (-K·S, then V_new) where it fits.
+// the dead T scratch for Sb (bf16 S tile [KD][VTP], then -K·S and the FK-scaled V_new over it)
+// and one more [64][VTP] tile XV (the V tile, then V_new) where it fits.
 struct FTLay {
     typedef Lay<false, true> LY;
     static constexpr int VT = 64, VTP = VT + 8, TILE = 64 * VTP * 2;
@@ -1620,9 +1620,10 @@ __device__ void chunked_fused(const Params& p) {
 // grid (HV, N), NTH threads (two CTAs per SM), dynamic shared memory FTLay::TOTAL. One CTA per
 // (sequence, value head) walks its chunks: the T-form intra stage into shared memory, then for
 // each 64-column V tile of the state (S0 = the state before the chunk):
-//   1. Sb = bf16(S0 tile); X = K·S0 (stored negated, bf16) and O = FQ ⊙ (Q·S0) (registers)
+//   1. S0 tile loaded once (f32 registers, accumulator layout), Sb = bf16(S0), the V tile;
+//      X = K·S0 (stored negated, bf16, over Sb) and O = FQ ⊙ (Q·S0) (registers)
 //   2. V_new = T_u,hi V + T_u,lo V + T_w (-X)                  (f32 accumulators)
-//   3. O += P·V_new, o stored; 4. S = e^Γlast S0 + Kᵀ (FK ⊙ V_new), S0 re-read in f32
+//   3. O += P·V_new, o stored; 4. S = e^Γlast S0 + Kᵀ (FK ⊙ V_new) onto the S0 registers
 // No state lives in registers across the intra stage (two CTAs per SM: 128 registers), so the
 // state between chunks is the f32 final-state row itself (the host takes this kernel only where
 // the final state is stored in f32; an in-place pool is safe: every element is read before the
@@ -1755,10 +1756,13 @@ __device__ void fused_t(const Params& p) {
     const u16* Tuh = (const u16*)(sm + LY::TB);
     const u16* Tul = Tuh + 64 * CP;
     const float* fac = (const float*)(sm + LY::FAC);
+    // (the S region: Sb, then -X after step 1 and the FK-scaled V_new after step 2; XV: the V
+    // tile, then V_new after step 2)
     u16* Sb = (u16*)(sm + F::SR);
-    u16* Vh = Sb;               // (after step 1)
-    u16* Vs = Sb + 64 * VTP;    // (after step 2)
+    u16* Xn = Sb;
+    u16* Vs = Sb + 64 * VTP;
     u16* XV = (u16*)(sm + F::XV);
+    u16* Vh = XV;
     const int nch = (len + CH - 1) / CH;
 #if PROBE & 256
     long long ftl[5] = {0, 0, 0, 0, 0};
@@ -1801,22 +1805,26 @@ __device__ void fused_t(const Params& p) {
         const float gl = fac[2 * CH];
 #pragma unroll 1
         for (int v0 = 0; v0 < VD; v0 += VT) {
-            // the V tile's rows, in registers until Sb is dead (rows past L re-read row L - 1:
-            // T_u's columns there are zero)
-            constexpr int VE = 64 * VT / NTH / 4;  // groups of 4 a thread
-            float vr[VE][4];
+            // S0 once, in the accumulator layout: Sb from it, kept for step 4. The V tile's rows
+            // go to XV (rows past L re-read row L - 1: T_u's columns there are zero).
+            float s0[TS::PER][4];
+            ft_ld_s<VT, NW>(p, s0, sin, sdt, sslot, v0);
             with_dt(p.qkv_dt, [&](auto D) {
                 constexpr int DT = decltype(D)::value;
+                constexpr int VE = 64 * VT / NTH / 4;  // groups of 4 a thread
+                float vr[VE][4];
 #pragma unroll
                 for (int j = 0; j < VE; ++j) {
                     const int e = tid + NTH * j, t = e / (VT / 4), cc = 4 * (e % (VT / 4));
                     ldv<DT, 4>(p.v, ((i64)(t0 + imin(t, L - 1)) * p.HV + hv) * VD + v0 + cc, vr[j]);
                 }
+                write_sb<VT, NW>(s0, Sb);
+#pragma unroll
+                for (int j = 0; j < VE; ++j) {
+                    const int e = tid + NTH * j, t = e / (VT / 4), cc = 4 * (e % (VT / 4));
+                    *(uint2*)(Vh + t * VTP + cc) = make_uint2(pack_mma(vr[j][0], vr[j][1]), pack_mma(vr[j][2], vr[j][3]));
+                }
             });
-            // S0 once, in the accumulator layout: Sb from it, and kept for step 4
-            float s0[TS::PER][4];
-            ft_ld_s<VT, NW>(p, s0, sin, sdt, sslot, v0);
-            write_sb<VT, NW>(s0, Sb);
             __syncthreads();
             FTL(1);
             float acc[TO::PER][4], accO[TO::PER][4];
@@ -1824,30 +1832,25 @@ __device__ void fused_t(const Params& p) {
             zero_acc(accO);
             mma_tiles<CH, VT, KD, NW, false, true>(acc, Ks, KP, Sb, VTP, warp, lane);
             mma_tiles<CH, VT, KD, NW, false, true>(accO, Qs, KP, Sb, VTP, warp, lane);
+            __syncthreads();  // (Sb is dead: -X goes over it)
 #pragma unroll
             for (int i = 0; i < TO::PER; ++i) {
                 int r, cc;
                 tile_rc<CH, VT, NW>(warp, lane, i, r, cc);
-                *(u32*)(XV + r * VTP + cc) = pack_mma(-acc[i][0], -acc[i][1]);
-                *(u32*)(XV + (r + 8) * VTP + cc) = pack_mma(-acc[i][2], -acc[i][3]);
+                *(u32*)(Xn + r * VTP + cc) = pack_mma(-acc[i][0], -acc[i][1]);
+                *(u32*)(Xn + (r + 8) * VTP + cc) = pack_mma(-acc[i][2], -acc[i][3]);
                 const float f0 = fac[r], f1 = fac[r + 8];
                 accO[i][0] *= f0;
                 accO[i][1] *= f0;
                 accO[i][2] *= f1;
                 accO[i][3] *= f1;
             }
-            __syncthreads();  // (Sb is dead: the V tile goes over it)
-#pragma unroll
-            for (int j = 0; j < VE; ++j) {
-                const int e = tid + NTH * j, t = e / (VT / 4), cc = 4 * (e % (VT / 4));
-                *(uint2*)(Vh + t * VTP + cc) = make_uint2(pack_mma(vr[j][0], vr[j][1]), pack_mma(vr[j][2], vr[j][3]));
-            }
             __syncthreads();
             FTL(2);
             zero_acc(acc);
             mma_tiles<CH, VT, CH, NW, false, true>(acc, Tuh, CP, Vh, VTP, warp, lane);
             mma_tiles<CH, VT, CH, NW, false, true>(acc, Tul, CP, Vh, VTP, warp, lane);
-            mma_tiles<CH, VT, CH, NW, false, true>(acc, Tw, CP, XV, VTP, warp, lane);
+            mma_tiles<CH, VT, CH, NW, false, true>(acc, Tw, CP, Xn, VTP, warp, lane);
             __syncthreads();  // (X and the V tile are dead)
 #pragma unroll
             for (int i = 0; i < TO::PER; ++i) {
