@@ -151,7 +151,9 @@ pub enum AutoWhen {
     /// `short`: where not 0, the fused form also wins (with more pairs than that limit) when every
     /// sequence is at most `short` tokens long (the longest known) and the final state is dense
     /// f32: the CUDA gdn fused T-form, which reads the inputs and the state once. (H200, session
-    /// 15, gdn 16/32 256x64: 1.04 ms against 1.155 for the split form.)
+    /// 15, same calls: gdn 16/32 256x64 0.890 ms against 1.159 for the split form, 8x64 0.042 /
+    /// 0.057, 32x64 0.130 / 0.171, 1024x32 3.22 / 4.54, 512x64 1.74 / 2.35, gdn 4/8 256x64 0.241
+    /// / 0.308; but 128x128 0.898 / 0.816: one chunk a sequence only.)
     SplitWins {
         num: u32,
         den: u32,

@@ -447,8 +447,8 @@ fn auto_splits_prefill_while_the_workspace_is_bounded_then_fuses() {
     assert_eq!(pick(Op::Kda, 512, 1024, 32).0, "cuda.kda.prefill.chunked");
 }
 
-/// Session 15 (H200): gdn 16/32 256x64 on the fused T-form 1.04 ms against 1.155 on small-bh,
-/// 128x128 1.05 against 0.82: auto fuses gdn where every sequence fits one chunk (and the final
+/// Session 15 (H200): gdn 16/32 256x64 on the fused T-form 0.890 ms against 1.159 on small-bh,
+/// 128x128 0.898 against 0.816: auto fuses gdn where every sequence fits one chunk (and the final
 /// state is dense f32, K, V >= 64: the fused T-form's domain), knowing the longest sequence.
 #[test]
 fn auto_fuses_gdn_when_every_sequence_is_one_chunk() {

@@ -6,7 +6,10 @@
 //! Kernel families (selection rows in `deltarule_core::select`, `cuda.*`):
 //! * `chunked` (`{op}_prefill_fused`): one CTA per (sequence, value head) walks its 64-token
 //!   chunks; intra-chunk products on tensor cores (`mma.sync.m16n8k16`, bf16/f16 operands, f32
-//!   accumulation), the inverse in f32, the running state in f32 registers;
+//!   accumulation), the inverse in f32, the running state in f32 registers; for gdn with K, V >=
+//!   64 and a dense f32 final state the fused T-form instead (`gdn_prefill_fusedt`, two CTAs an
+//!   SM: the T-form intra stage kept in shared memory, the state work per 64 V columns, the state
+//!   between chunks in the final-state row; `fused_t_applies`);
 //! * `small-bh` (`{op}_prefill_intra` + `{op}_prefill_state`): a chunk-parallel intra kernel
 //!   writes W, U, P, q̃, k̃ per chunk into a workspace, then a state pass walks the chunks with
 //!   the transposed state in mma accumulators: on sm_90a (K in {64, 128}, V >= 64) one warpgroup
