@@ -1477,6 +1477,38 @@ __device__ __forceinline__ void write_sb(const float (&acc)[Tiles<KD, VT, NW>::P
     }
 }
 
+// acc (tiles of Tiles<M, N, NW>) with each row r scaled by f[r] (shared memory).
+template <int M, int N, int NW>
+__device__ __forceinline__ void scale_rows(float (&acc)[Tiles<M, N, NW>::PER][4], const float* f, int warp, int lane) {
+#pragma unroll
+    for (int i = 0; i < Tiles<M, N, NW>::PER; ++i) {
+        int r, c;
+        tile_rc<M, N, NW>(warp, lane, i, r, c);
+        const float f0 = f[r], f1 = f[r + 8];
+        acc[i][0] *= f0;
+        acc[i][1] *= f0;
+        acc[i][2] *= f1;
+        acc[i][3] *= f1;
+    }
+}
+// o rows < L of the chunk at token t0 (value head hv, columns v0 + the tile's) from the
+// accumulators of Tiles<CH, VT, NW>, in the output dtype.
+template <int VT, int NW>
+__device__ __forceinline__ void store_o_rows(const Params& p, const float (&acc)[Tiles<CH, VT, NW>::PER][4], int t0,
+                                             int L, int hv, int v0, int warp, int lane) {
+    with_dt(p.out_dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
+#pragma unroll
+        for (int i = 0; i < Tiles<CH, VT, NW>::PER; ++i) {
+            int r, c;
+            tile_rc<CH, VT, NW>(warp, lane, i, r, c);
+            const i64 o0 = ((i64)(t0 + r) * p.HV + hv) * VD + v0 + c;
+            if (r < L) st2<DT>(p.o, o0, acc[i][0], acc[i][1]);
+            if (r + 8 < L) st2<DT>(p.o, o0 + (i64)8 * p.HV * VD, acc[i][2], acc[i][3]);
+        }
+    });
+}
+
 // One chunk of the state pass for V columns [v0, v0 + VT) with NW warps (the whole block).
 // Sb must hold bf16(S) [KD][VT + 8] (synchronised); Wm, Qd, Kd (k̃) are [64][KP], Pm [64][CP],
 // Uf [64][ust] f32 (ust even); V_new goes to Vn [64][VT + 8] (row-major, paired stores).
@@ -1517,29 +1549,9 @@ __device__ __forceinline__ void state_chunk(const Params& p, float (&accS)[Tiles
         float (&acc)[TO::PER][4] = accO;
         if constexpr (!EARLY_O) mma_tiles<CH, VT, KD, NW, false, true>(acc, Qd, KP, Sb, VTP, warp, lane);
         mma_tiles<CH, VT, CH, NW, false, true>(acc, Pm, CP, Vn, VTP, warp, lane);
-        with_dt(p.out_dt, [&](auto D) {
-            constexpr int DT = decltype(D)::value;
-#pragma unroll
-            for (int i = 0; i < TO::PER; ++i) {
-                int r, c;
-                tile_rc<CH, VT, NW>(warp, lane, i, r, c);
-                const i64 o0 = ((i64)(t0 + r) * p.HV + hv) * VD + v0 + c;
-                if (r < L) st2<DT>(p.o, o0, acc[i][0], acc[i][1]);
-                if (r + 8 < L) st2<DT>(p.o, o0 + (i64)8 * p.HV * VD, acc[i][2], acc[i][3]);
-            }
-        });
+        store_o_rows<VT, NW>(p, acc, t0, L, hv, v0, warp, lane);
     }
-    typedef Tiles<KD, VT, NW> TS;
-#pragma unroll
-    for (int i = 0; i < TS::PER; ++i) {
-        int r, c;
-        tile_rc<KD, VT, NW>(warp, lane, i, r, c);
-        const float g0 = GLs[r], g1 = GLs[r + 8];
-        accS[i][0] *= g0;
-        accS[i][1] *= g0;
-        accS[i][2] *= g1;
-        accS[i][3] *= g1;
-    }
+    scale_rows<KD, VT, NW>(accS, GLs, warp, lane);
     // S += k̃ᵀ V_new: A = k̃ᵀ read from k̃ [64][KP] with ldmatrix.trans, B = V_new likewise.
     if constexpr (!(PROBE & 4)) mma_tiles<KD, VT, CH, NW, true, true>(accS, Kd, KP, Vn, VTP, warp, lane);
 }
@@ -1839,12 +1851,8 @@ __device__ void fused_t(const Params& p) {
                 tile_rc<CH, VT, NW>(warp, lane, i, r, cc);
                 *(u32*)(Xn + r * VTP + cc) = pack_mma(-acc[i][0], -acc[i][1]);
                 *(u32*)(Xn + (r + 8) * VTP + cc) = pack_mma(-acc[i][2], -acc[i][3]);
-                const float f0 = fac[r], f1 = fac[r + 8];
-                accO[i][0] *= f0;
-                accO[i][1] *= f0;
-                accO[i][2] *= f1;
-                accO[i][3] *= f1;
             }
+            scale_rows<CH, VT, NW>(accO, fac, warp, lane);
             __syncthreads();
             FTL(2);
             zero_acc(acc);
@@ -1865,17 +1873,7 @@ __device__ void fused_t(const Params& p) {
             __syncthreads();
             FTL(3);
             mma_tiles<CH, VT, CH, NW, false, true>(accO, Pm, CP, XV, VTP, warp, lane);
-            with_dt(p.out_dt, [&](auto D) {
-                constexpr int DT = decltype(D)::value;
-#pragma unroll
-                for (int i = 0; i < TO::PER; ++i) {
-                    int r, cc;
-                    tile_rc<CH, VT, NW>(warp, lane, i, r, cc);
-                    const i64 o0 = ((i64)(t0 + r) * p.HV + hv) * VD + v0 + cc;
-                    if (r < L) st2<DT>(p.o, o0, accO[i][0], accO[i][1]);
-                    if (r + 8 < L) st2<DT>(p.o, o0 + (i64)8 * p.HV * VD, accO[i][2], accO[i][3]);
-                }
-            });
+            store_o_rows<VT, NW>(p, accO, t0, L, hv, v0, warp, lane);
             // (S = e^Γlast S0 + Kᵀ Vs, accumulated onto the scaled S0 in place)
             float (&accS)[TS::PER][4] = s0;
 #pragma unroll
