@@ -1187,8 +1187,8 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::{
-        check_ptrs, overlap_plan, state_pass, state_tile, Overlap, OverlapSetting, StatePass,
-        Variants,
+        check_ptrs, fused_t_applies, overlap_plan, state_pass, state_tile, Overlap, OverlapSetting,
+        StatePass, Variants,
     };
     use crate::launch::DevicePtrs;
     use deltarule_core::{Error, Mode, Op, Problem};
@@ -1302,6 +1302,30 @@ mod tests {
         assert_eq!(StatePass::parse("wgt"), Some(StatePass::WgT));
         assert_eq!(StatePass::parse("64"), Some(StatePass::Mma(64)));
         assert_eq!(StatePass::parse("48"), None);
+    }
+
+    /// The fused T-form keeps the running state in the final-state row between chunks: only a
+    /// dense f32 final state has one for every sequence (a pool row may be -1).
+    #[test]
+    fn the_fused_t_form_needs_a_dense_f32_final_state() {
+        use deltarule_core::{DType, FinalState, InitialState};
+        let mut p = prefill(4, 16, 32);
+        p.final_state = FinalState::Dense;
+        assert!(fused_t_applies(&p));
+        p.initial = InitialState::Dense;
+        p.qkv_dtype = DType::F32;
+        assert!(fused_t_applies(&p), "any input dtype, any initial state");
+        let mut q = p.clone();
+        q.state_out_dtype = DType::BF16;
+        assert!(!fused_t_applies(&q));
+        for f in [FinalState::None, FinalState::InPlace] {
+            let mut q = p.clone();
+            q.final_state = f;
+            assert!(!fused_t_applies(&q), "{f:?}");
+        }
+        let mut q = p.clone();
+        q.op = Op::Kda;
+        assert!(!fused_t_applies(&q));
     }
 
     #[test]
