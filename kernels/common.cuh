@@ -62,8 +62,45 @@ struct Params {
     int qkv_dt, g_dt, beta_dt, out_dt, s_in_dt, s_out_dt, off_dt, idx_dt;
     int gate, beta_mode, l2norm, layout, initial, final_mode, ck_every, has_a_log;
     int ov_tau, ov_free;       // overlapped pair: items taken before ov_free SMs are freed
-    int ov_trace, ov_pad;      // overlapped pair: print a timeline (diagnosis)
+    int ov_trace;              // overlapped pair: print a timeline (diagnosis)
+    int mode;                  // variant bits (MODE_* below)
 };
+// Params::mode. MODE_INTRA_PAIR: the small-bh T-form intra kernel runs a chunk for every value
+// head of a GVA group in turn (grid (rows, HV / group)), loading q and k once. The fused T-form:
+// MODE_FT_PERSIST persistent CTAs (grid given by the host) walking the items in order,
+// MODE_FT_PF_QKV / MODE_FT_PF_H0 which then prefetch to L2 the next item's first q, k, v rows /
+// its initial state; MODE_FT_NO_PF / MODE_FT_NO_H0PF without the prefetches of the chunk's V rows
+// and the next chunk's q, k, v / of the item's own initial state. (Bit 2 was the fused T-form's
+// pairing, measured slower and removed.)
+#define MODE_INTRA_PAIR 1
+#define MODE_FT_PERSIST 4
+#define MODE_FT_PF_QKV 8
+#define MODE_FT_PF_H0 16
+#define MODE_FT_NO_PF 32
+#define MODE_FT_NO_H0PF 64
+// MODE_PDL: the small-bh T-form pair without the overlap launches its state pass as a
+// programmatic dependent of the intra kernel (which triggers at its start), so the state CTAs'
+// prologue runs in the intra kernel's tail; their fetch thread waits for the intra grid
+// (griddepcontrol.wait) before the first workspace read.
+#define MODE_PDL 128
+// MODE_INTRA_DEFER (with MODE_INTRA_PAIR): a head's wait for its bulk copies' shared-memory reads
+// moves into the next head's step 2 (after its products), off the critical path.
+#define MODE_INTRA_DEFER 256
+// MODE_STATE_PF: the T-form state pass without the overlap prefetches a later CTA's first inputs
+// to L2 (smallbh_state_wgt, wgt_prefetch_next).
+#define MODE_STATE_PF 512
+// MODE_STATE_REV: the T-form state pass without the overlap takes the sequences last first.
+#define MODE_STATE_REV 1024
+// MODE_INTRA_ST: the small-bh T-form intra kernel without the overlap stores T_w, T_u and the
+// factors to the workspace from the threads (coalesced rows) instead of bulk copies from shared
+// memory (P keeps its bulk copy).
+#define MODE_INTRA_ST 2048
+// intra_chunk's `pair` bits (see there)
+#define PAIR_REUSE 1
+#define PAIR_NEXT 2
+#define PAIR_SLOT 4
+#define PAIR_DEFER 8
+#define PAIR_WAITPREV 16
 // The overlapped pair's words (p.sync): [0] the work counter, [1] SMs freed so far, [2] intra
 // CTAs that left early, [3] spare, [4, 4 + SYNC_SMS) a mark per SM id (0 undecided, 1 freed, 2
 // kept, 3 being decided), then a ready flag per (table row, value head). Zeroed by

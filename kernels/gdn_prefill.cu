@@ -69,7 +69,13 @@ extern "C" __global__ void __launch_bounds__(160, 1) gdn_prefill_statewgt(const 
 // grid (HV, N), 256 threads, two CTAs per SM, shared FTLay::TOTAL. One CTA per (sequence, value
 // head): the T-form intra stage into shared memory, then the state work per 64 V columns.
 extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_fusedt(const Params p) {
-    fused_t(p);
+    fused_t<false>(p);
+}
+
+// The same with persistent CTAs (grid (P, 1): two an SM), each walking items it = blockIdx.x + i P
+// and prefetching the next one's inputs to L2 (MODE_FT_PF_*).
+extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_fusedtp(const Params p) {
+    fused_t<true>(p);
 }
 #endif
 

@@ -343,10 +343,15 @@ struct Lay {
     static constexpr int TB = align16(imax(SL_END, VBT + 64 * VP * 2)); // T' hi, lo [64][CP] u16
     static constexpr int SB = SCR;                          // fused state pass: S bf16 [KD][VP]
     static constexpr int VNT = SB + KD * VP * 2;            //                   V_new  [64][VP]
-    // T-form intra (gdn, TONLY): the rows' L2-norm reciprocals rq, rk [2][64] f32 from step 1a,
-    // then in place the per-token factors of the state pass and e^Γlast (TLay::FACB bytes)
+    // T-form intra (gdn, TONLY): the per-token factors of the state pass and e^Γlast (TLay::FACB
+    // bytes), built in step 3
     static constexpr int FAC = TB + 2 * 64 * CP * 2;
-    static constexpr int TOTAL = imax(FAC + 528, VNT + 64 * VP * 2);
+    // T-form intra: the stash, [rq, rk] [2][64] f32 (the rows' L2-norm reciprocals from step 1a,
+    // read by step 3 and by the next head of a GVA group that reuses the chunk's q, k rows: see
+    // PAIR_REUSE), then two slots of that next head's raw β and gate [2][2][64] f32
+    static constexpr int STASH = align16(imax(FAC + 528, VNT + 64 * VP * 2));
+    static constexpr int STASH_BYTES = 6 * 64 * 4 + 48;  // (+ the fused T-form's item, FtItem)
+    static constexpr int TOTAL = STASH + STASH_BYTES;
     static_assert(TOTAL <= 232448, "shared memory of the intra stage");
     // (the merge scratch may run into T', which is built after the merges)
     static_assert(TMP + MSB <= TB + 2 * 64 * CP * 2 && TB >= TMP, "merge scratch");
@@ -458,7 +463,7 @@ struct FTLay {
     static constexpr int SR = align16(TW + 64 * CP * 2);         // Sb [KD][VTP] | V, Vs [64][VTP]
     static constexpr int SRB = imax(KD * VTP * 2, 2 * TILE);
     static constexpr int XV = LY::KDT + 64 * CP * 2 + TILE <= LY::AF ? LY::KDT + 64 * CP * 2
-                                                                      : align16(LY::FAC + TLay::FACB);
+                                                                      : LY::TOTAL;  // (after the stash)
     static constexpr int TOTAL = imax(LY::TOTAL, XV + TILE);
     static constexpr bool ON = KD >= 64 && VD >= 64;  // (P in the k̃ slot needs CP <= KP)
     static_assert(!ON || TW + 64 * CP * 2 <= LY::TF, "T_w over A, before T (read while T_w is built)");
@@ -466,6 +471,7 @@ struct FTLay {
     static_assert(!ON || (XV >= LY::KDT + 64 * CP * 2 && (XV + TILE <= LY::AF || XV >= LY::FAC + TLay::FACB)),
                   "XV clear of P, T_w and the factors");
     static_assert(!ON || TOTAL <= 232448, "shared memory of the fused T-form");
+    static_assert(!ON || 2 * (TOTAL + 1024) <= 233472, "two CTAs per SM (228 KB, 1 KB reserved a CTA)");
 };
 
 // Offset (floats) of U[t][v] in the Uᵀ fragment order above.
@@ -516,6 +522,11 @@ __device__ __forceinline__ u32 sm_id() {
     asm("mov.u32 %0, %%smid;\n" : "=r"(s));
     return s;
 }
+__device__ __forceinline__ u32 n_smid() {  // (an upper bound of the SM ids: the SM count or more)
+    u32 s;
+    asm("mov.u32 %0, %%nsmid;\n" : "=r"(s));
+    return s;
+}
 // The state pass's fetch thread: waits until item `blk`'s block is in global memory. A flag that
 // never comes (a bug) traps after ~2 s instead of hanging the stream.
 __device__ __forceinline__ void wait_ready(const Params& p, int blk) {
@@ -542,9 +553,15 @@ __device__ __forceinline__ void publish_ready(const Params& p, int it) {
 // TONLY (gdn DIRECT only): the T-form block (TLay): steps 1-3, then T_w, T_u, the factors; no
 // X, V, q̃, k̃, W or U (the wgmma state pass smallbh_state_wgt builds W·S and U from the inputs).
 // FT (with TONLY): the fused T-form: the block stays in shared memory (FTLay), no copies.
+// `pair` (TONLY; the heads of a GVA group share q and k, so a CTA may run the same chunk for
+// several value heads in turn): PAIR_REUSE, Ks, Qs and the stash's rq, rk hold this chunk's rows
+// already (the previous head's stage left them) and the raw β, gate come from stash slot
+// PAIR_SLOT; PAIR_NEXT, threads 64-127 load head hv + 1's raw β, gate into the other slot;
+// PAIR_DEFER, the end does not wait for the bulk copies' reads, PAIR_WAITPREV, step 2 does
+// (before A and P are stored over the previous head's copy sources).
 template <bool KDA, bool DIRECT = false, bool TONLY = false, bool FT = false>
 __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, char* wdst = nullptr,
-                            int publish = -1) {
+                            int publish = -1, int pair = 0) {
     typedef Lay<KDA, DIRECT> LY;
     static_assert(!TONLY || (DIRECT && !KDA), "the T-form is gdn's small-bh intra");
     static_assert(!FT || TONLY, "the fused T-form runs the T-form intra stage");
@@ -583,14 +600,27 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     //     load of the warp is issued before the first use, all rows in one pass (LDP = 1; two
     //     passes, each exposing the load latency, measured slower in session 5) (rows past L
     //     re-read row L - 1 and are zeroed by selection).
+    float* stash = nullptr;  // (TONLY: rq [64], rk [64], slots [2][β 64, g 64])
+    if constexpr (TONLY) stash = (float*)(sm + LY::STASH);
+    const bool reuse = TONLY && (pair & PAIR_REUSE), next = TONLY && (pair & PAIR_NEXT);
+    const int slot = (pair & PAIR_SLOT) ? 1 : 0;
     float braw = 0.0f, graw = 0.0f;
     if (tid < CH) {
         const int ii = imin(tid, L - 1);
-        braw = ld_f(p.beta, (i64)(t0 + ii) * p.HV + hv, p.beta_dt);
-        if (!KDA) graw = ld_f(p.g, (i64)(t0 + ii) * p.HV + hv, p.g_dt);
+        if (reuse) {
+            braw = stash[2 * CH + slot * 2 * CH + tid];
+            graw = stash[3 * CH + slot * 2 * CH + tid];
+        } else {
+            braw = ld_f(p.beta, (i64)(t0 + ii) * p.HV + hv, p.beta_dt);
+            if (!KDA) graw = ld_f(p.g, (i64)(t0 + ii) * p.HV + hv, p.g_dt);
+        }
+    } else if (next && tid < 2 * CH) {
+        const int ii = imin(tid - CH, L - 1);
+        braw = ld_f(p.beta, (i64)(t0 + ii) * p.HV + hv + 1, p.beta_dt);
+        graw = ld_f(p.g, (i64)(t0 + ii) * p.HV + hv + 1, p.g_dt);
     }
     constexpr int LDP = 1;  // load passes
-    with_dt(p.qkv_dt, [&](auto D) {
+    if (!reuse) with_dt(p.qkv_dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
         // (lane l holds elements E l .. E l + E - 1 of its row: one vector load per row)
         constexpr int RPW = CH / (NTH / 32) / LDP, E = KD / 32;
@@ -621,9 +651,8 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                 if (i >= L) rq = rk = 0.0f;
                 if constexpr (TONLY) {
                     if (lane == 0) {
-                        float* fac = (float*)(sm + LY::FAC);
-                        fac[i] = rq;
-                        fac[CH + i] = rk;
+                        stash[i] = rq;
+                        stash[CH + i] = rk;
                     }
                 }
                 u16* qd = Qs + i * KP + E * lane;
@@ -648,6 +677,10 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         const float a = gate_a(p, hv);
         Bs[i] = i < L ? beta_value(p, braw) : 0.0f;
         if (!KDA) G[i] = i < L ? gate_apply(p, graw, bias, a) : 0.0f;
+    } else if (next && tid < 2 * CH) {
+        // (slot `slot` may still be read above by threads 0-63: the next head's goes to the other)
+        stash[2 * CH + (slot ^ 1) * 2 * CH + tid - CH] = braw;
+        stash[3 * CH + (slot ^ 1) * 2 * CH + tid - CH] = graw;
     }
     if (KDA) {
         // (the raw log-decay form is specialised: no bias loads, no per-element mode tests)
@@ -734,6 +767,12 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         if constexpr (!(PROBE & 32)) {
             mma_tiles<CH, CH, KD, NTH / 32>(akk, Ks, KP, Ks, KP, warp, lane);
             mma_tiles<CH, CH, KD, NTH / 32>(aqk, Qs, KP, Ks, KP, warp, lane);
+        }
+        // (PAIR_WAITPREV: the previous head's bulk copies read A's and P's slots; their wait,
+        // left out at its end, is here, after this head's products)
+        if (TONLY && (pair & PAIR_WAITPREV)) {
+            if (tid == 0) bulk_wait_read();
+            __syncthreads();
         }
 #pragma unroll
         for (int i = 0; i < TT::PER; ++i) {
@@ -1186,28 +1225,34 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     if constexpr (TONLY) {
         // The state pass's factors (in place over rq, rk) and T_w's column factors β e^Γ / |k|
         // (Tmp is free after the merges); rows past L have rq = rk = β = 0.
-        float* fac = (float*)(sm + LY::FAC);
+        // (MODE_INTRA_ST, the small-bh intra kernel without the overlap: the factors, T_w and T_u
+        // go to the workspace block by coalesced per-thread stores, not through shared memory
+        // and bulk copies, so the CTA does not wait for the copies' reads)
+        const bool gst = !FT && !p.sync && (p.mode & MODE_INTRA_ST);
+        float* fac = (float*)(gst ? wdst + TLay::FAC : sm + LY::FAC);
         if (tid < CH) {
             // (FT: q and k stay normalised in Qs and Ks, so no 1/|q|, 1/|k| here)
-            const float e = fexp(G[tid]), rq = FT ? 1.0f : fac[tid], rk = FT ? 1.0f : fac[CH + tid];
+            const float e = fexp(G[tid]), rq = FT ? 1.0f : stash[tid], rk = FT ? 1.0f : stash[CH + tid];
             fac[tid] = p.scale * e * rq;
             fac[CH + tid] = fexp(G[63] - G[tid]) * rk;
             Tmp[tid] = Bs[tid] * e * rk;
             if (tid == 0) fac[2 * CH] = fexp(G[63]);
         }
         __syncthreads();
-        // T_u = T diag(β) hi + lo (Tbh, Tbl), T_w = T diag(β e^Γ / |k|) hi over the dead Ks slot
-        // (Ks and Qs are dead since step 2; [64][CP] fits in the [64][KP] slot)
-        // (FT: over the dead f32 A instead, Ks stays for the state part)
-        u16* Twh = (u16*)(sm + (FT ? FTLay::TW : LY::WM));
+        // T_u = T diag(β) hi + lo (Tbh, Tbl), T_w = T diag(β e^Γ / |k|) hi over the dead f32 A
+        // (Ks and Qs stay: for the fused T-form's state part, and for the next head of a pair)
+        static_assert(FTLay::TW == LY::AF && FTLay::TW + 64 * CP * 2 <= LY::TF, "T_w over A, before T");
+        u16* Twh = (u16*)(gst ? wdst + TLay::TWH : sm + FTLay::TW);
+        u16* Tuh = gst ? (u16*)(wdst + TLay::TUH) : Tbh;
+        u16* Tul = gst ? (u16*)(wdst + TLay::TUL) : Tbl;
         for (int idx = tid; idx < CH * CH / 2; idx += NTH) {
             const int i = idx >> 5, j = 2 * (idx & 31);
             const bool in = (j >> 4) <= (i >> 4);
             const float a0 = in ? Tf[i * 65 + j] : 0.0f, a1 = in ? Tf[i * 65 + j + 1] : 0.0f;
             const float t0 = a0 * Bs[j], t1 = a1 * Bs[j + 1];
             const u32 hi = pack_mma(t0, t1);
-            *(u32*)(Tbh + i * CP + j) = hi;
-            *(u32*)(Tbl + i * CP + j) = pack_mma(t0 - from_mma((u16)(hi & 0xffffu)), t1 - from_mma((u16)(hi >> 16)));
+            *(u32*)(Tuh + i * CP + j) = hi;
+            *(u32*)(Tul + i * CP + j) = pack_mma(t0 - from_mma((u16)(hi & 0xffffu)), t1 - from_mma((u16)(hi >> 16)));
             *(u32*)(Twh + i * CP + j) = pack_mma(a0 * Tmp[j], a1 * Tmp[j + 1]);
         }
         if constexpr (!FT) fence_proxy_async();
@@ -1215,14 +1260,16 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         TLM(6);
         if constexpr (FT) return;  // (the block stays in shared memory for fused_t)
         static_assert(TLay::TUL == TLay::TUH + 64 * CP * 2, "T_u hi, lo adjacent (Tbl = Tbh + 64 CP)");
-        if (tid == 0 && !(PROBE & 128)) {
-            bulk_s2g(wdst + TLay::TWH, sm + LY::WM, 64 * CP * 2);
+        if (tid == 0 && !(PROBE & 128) && !gst) {
+            bulk_s2g(wdst + TLay::TWH, sm + FTLay::TW, 64 * CP * 2);
             bulk_s2g(wdst + TLay::TUH, sm + LY::TB, 2 * 64 * CP * 2);
             bulk_s2g(wdst + TLay::FAC, sm + LY::FAC, TLay::FACB);
         }
         if (tid == 0) {
             bulk_commit();
-            bulk_wait_read();  // (P's copy too; the CTA's shared memory must outlive the reads)
+            // (P's copy too; the CTA's shared memory must outlive the reads. PAIR_DEFER: the next
+            // head of the pair waits, in its step 2, with PAIR_WAITPREV)
+            if (!(pair & PAIR_DEFER)) bulk_wait_read();
         }
 #if PROBE & 256
         TLM(7);
@@ -1717,9 +1764,10 @@ __device__ __forceinline__ void ft_st_s(const Params& p, const float (&acc)[Tile
     });
 }
 // L2 prefetches for the fused T-form (one bulk prefetch a row, threads 0-255): the V rows of
-// chunk [t0, t0 + L), read after its intra stage, and the q, k and v rows of the next chunk
-// [t1, t1 + L1) (L1 = 0: none). (q, k and v are 16-byte aligned, rows a multiple of 16 bytes.)
-__device__ __forceinline__ void ft_prefetch(const Params& p, int hv, int t0, int L, int t1, int L1) {
+// chunk [t0, t0 + L), read after its intra stage, and the q, k (if qk) and v rows of the next
+// chunk [t1, t1 + L1) (L1 = 0: none). (q, k and v are 16-byte aligned, rows a multiple of 16
+// bytes.)
+__device__ __forceinline__ void ft_prefetch(const Params& p, int hv, int t0, int L, int t1, int L1, bool qk) {
     const int tid = threadIdx.x, r = tid & 63, part = tid >> 6;
     const int es = p.qkv_dt == DT_F32 ? 4 : 2;
     const int h = hv / p.group;
@@ -1728,36 +1776,65 @@ __device__ __forceinline__ void ft_prefetch(const Params& p, int hv, int t0, int
         if (r < L) prefetch_l2((const char*)p.v + ((i64)(t0 + r) * p.HV + hv) * VD * es, (u32)(VD * es));
     } else if (r < L1) {
         const i64 t = t1 + r;
-        if (part == 1) prefetch_l2((const char*)p.q + (t * p.H + h) * KD * es, (u32)(KD * es));
-        else if (part == 2) prefetch_l2((const char*)p.k + (t * p.H + h) * KD * es, (u32)(KD * es));
-        else prefetch_l2((const char*)p.v + (t * p.HV + hv) * VD * es, (u32)(VD * es));
+        if (part == 1) {
+            if (qk) prefetch_l2((const char*)p.q + (t * p.H + h) * KD * es, (u32)(KD * es));
+        } else if (part == 2) {
+            if (qk) prefetch_l2((const char*)p.k + (t * p.H + h) * KD * es, (u32)(KD * es));
+        } else {
+            prefetch_l2((const char*)p.v + (t * p.HV + hv) * VD * es, (u32)(VD * es));
+        }
     }
 }
-__device__ void fused_t(const Params& p) {
-    extern __shared__ __align__(16) char sm[];
+// The initial state of (n, hv) to L2 (one bulk prefetch; thread-uniform arguments, any thread).
+__device__ __forceinline__ void ft_prefetch_h0(const Params& p, int n, int hv) {
+    const i64 row = initial_row(p, n);
+    if (p.state_in == nullptr || row < 0) return;
+    const int es = p.s_in_dt == DT_F32 ? 4 : 2;
+    const char* a = (const char*)p.state_in + (row * p.HV + hv) * KD * VD * es;
+    if (((unsigned long long)a & 15) == 0) prefetch_l2(a, (u32)(KD * VD * es));  // (bulk: 16-B aligned)
+}
+// A persistent CTA's next item (n, hv): its first chunk's q, k and v rows (MODE_FT_PF_QKV) and
+// its initial state (MODE_FT_PF_H0) to L2.
+__device__ __forceinline__ void ft_prefetch_item(const Params& p, int n, int hv) {
+    if ((p.mode & MODE_FT_PF_H0) && threadIdx.x == 0) ft_prefetch_h0(p, n, hv);
+    if (!(p.mode & MODE_FT_PF_QKV)) return;
+    const i64 bos = seq_start(p, n);
+    ft_prefetch(p, hv, 0, 0, (int)bos, imin(CH, (int)(seq_start(p, n + 1) - bos)), true);
+}
+// The item's values in shared memory (FtItem at the stash's end), read where used: registers
+// are the fused T-form's limit (two CTAs an SM), and values kept across its barriers spill.
+struct FtItem {
+    i64 row0, frow;  // initial and final state rows (-1: none)
+    int bos, len, n, hv;
+    int it;          // the item's index (the persistent loop's counter)
+};
+// One item of the fused T-form: sequence n, value head hv. (Running the value heads of a GVA
+// group in one CTA, q and k loaded once a chunk as the small-bh intra kernel does, measured
+// slower here: s16a, 256x64 0.936 against 0.899 ms; not kept.)
+__device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
     typedef Lay<false, true> LY;
     typedef FTLay F;
     constexpr int NW = NTH / 32, VT = F::VT, VTP = F::VTP;
     typedef Tiles<CH, VT, NW> TO;
     typedef Tiles<KD, VT, NW> TS;
-    const int hv = blockIdx.x, n = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const i64 slot0 = initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv;
-    const i64 frow = final_row(p, n);
-    const i64 fslot = frow < 0 ? -1 : frow * p.HV + hv;
-    if (tid == 0 && p.state_in != nullptr && slot0 >= 0) {
-        const int es = p.s_in_dt == DT_F32 ? 4 : 2;
-        const char* a = (const char*)p.state_in + slot0 * KD * VD * es;
-        if (((unsigned long long)a & 15) == 0) prefetch_l2(a, (u32)(KD * VD * es));
+    static_assert(sizeof(FtItem) <= 48 && LY::STASH + 6 * 64 * 4 + 48 <= LY::TOTAL, "FtItem in the stash");
+    FtItem* itm = (FtItem*)(sm + LY::STASH + 6 * 64 * 4);
+    __syncthreads();  // (the previous item's threads are done with itm)
+    if (tid == 0) {
+        const i64 bos = seq_start(p, n);
+        *itm = FtItem{initial_row(p, n), final_row(p, n), (int)bos, (int)(seq_start(p, n + 1) - bos), n, hv, it};
+        if (!(p.mode & MODE_FT_NO_H0PF)) ft_prefetch_h0(p, n, hv);
     }
-    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
-    const int len = (int)(eos - bos);
+    __syncthreads();
+    const int len = itm->len;
     if (len == 0) {  // (the state passes through)
-        if (fslot >= 0)
+        const i64 row0 = itm->row0, frow = itm->frow;
+        if (frow >= 0)
             for (int v0 = 0; v0 < VD; v0 += VT) {
                 float s[TS::PER][4];
-                load_state<VT, NW>(p, s, p.state_in, p.s_in_dt, slot0, v0);
-                store_state<VT, NW>(p, s, p.state_out, p.s_out_dt, fslot, v0);
+                load_state<VT, NW>(p, s, p.state_in, p.s_in_dt, row0 < 0 ? -1 : row0 * p.HV + hv, v0);
+                store_state<VT, NW>(p, s, p.state_out, p.s_out_dt, frow * p.HV + hv, v0);
             }
         return;
     }
@@ -1779,29 +1856,32 @@ __device__ void fused_t(const Params& p) {
 #if PROBE & 256
     long long ftl[5] = {0, 0, 0, 0, 0};
 #endif
+    // (the item's values are read from itm where used; c and nch stay in registers)
+    auto t0_of = [&](int c) { return itm->bos + c * CH; };
+    auto l_of = [&](int c) { return imin(CH, itm->len - c * CH); };
+    auto fslot_of = [&]() { return itm->frow < 0 ? (i64)-1 : itm->frow * p.HV + itm->hv; };
 #pragma unroll 1
     for (int c = 0; c < nch; ++c) {
-        const int t0 = (int)bos + c * CH;
-        const int L = imin(CH, len - c * CH);
-        // the state before the chunk: the initial state, then the final-state row (f32)
-        const void* sin = c == 0 ? p.state_in : p.state_out;
-        const int sdt = c == 0 ? p.s_in_dt : DT_F32;
-        const i64 sslot = c == 0 ? slot0 : fslot;
-        ft_prefetch(p, hv, t0, L, t0 + CH, imin(CH, len - (c + 1) * CH));
+        {
+            {
+                const int t0 = t0_of(c), L = l_of(c);
+                if (!(p.mode & MODE_FT_NO_PF))
+                    ft_prefetch(p, itm->hv, t0, L, t0 + CH, imin(CH, itm->len - (c + 1) * CH), true);
+            }
 #if PROBE & 256
-        long long q0 = clock64();
+            long long q0 = clock64();
 #endif
 #if !(PROBE & 8192)
-        intra_chunk<false, true, true, true>(p, sm, t0, L, hv);  // (ends with a barrier)
+            intra_chunk<false, true, true, true>(p, sm, t0_of(c), l_of(c), itm->hv);  // (ends with a barrier)
 #else
-        __syncthreads();
+            __syncthreads();
 #endif
 #if PROBE & 256
-        {
-            const long long q1 = clock64();
-            ftl[0] += q1 - q0;
-            q0 = q1;
-        }
+            {
+                const long long q1 = clock64();
+                ftl[0] += q1 - q0;
+                q0 = q1;
+            }
 #define FTL(k)                           \
     {                                    \
         const long long q1 = clock64();  \
@@ -1812,103 +1892,166 @@ __device__ void fused_t(const Params& p) {
 #define FTL(k) ((void)0)
 #endif
 #if PROBE & 16384
-        continue;
+            continue;
 #endif
-        const float gl = fac[2 * CH];
 #pragma unroll 1
-        for (int v0 = 0; v0 < VD; v0 += VT) {
-            // S0 once, in the accumulator layout: Sb from it, kept for step 4. The V tile's rows
-            // go to XV (rows past L re-read row L - 1: T_u's columns there are zero).
-            float s0[TS::PER][4];
-            ft_ld_s<VT, NW>(p, s0, sin, sdt, sslot, v0);
-            with_dt(p.qkv_dt, [&](auto D) {
-                constexpr int DT = decltype(D)::value;
-                constexpr int VE = 64 * VT / NTH / 4;  // groups of 4 a thread
-                float vr[VE][4];
+            for (int v0 = 0; v0 < VD; v0 += VT) {
+                // S0 once, in the accumulator layout: Sb from it, kept for step 4. The V tile's
+                // rows go to XV (rows past L re-read row L - 1: T_u's columns there are zero).
+                // The state before the chunk: the initial state, then the final-state row (f32).
+                float s0[TS::PER][4];
+                if (c == 0)
+                    ft_ld_s<VT, NW>(p, s0, p.state_in, p.s_in_dt, itm->row0 < 0 ? (i64)-1 : itm->row0 * p.HV + itm->hv, v0);
+                else
+                    ft_ld_s<VT, NW>(p, s0, p.state_out, DT_F32, fslot_of(), v0);
+                with_dt(p.qkv_dt, [&](auto D) {
+                    const int t0 = t0_of(c), L = l_of(c), hv = itm->hv;
+                    constexpr int DT = decltype(D)::value;
+                    constexpr int VE = 64 * VT / NTH / 4;  // groups of 4 a thread
+                    float vr[VE][4];
 #pragma unroll
-                for (int j = 0; j < VE; ++j) {
-                    const int e = tid + NTH * j, t = e / (VT / 4), cc = 4 * (e % (VT / 4));
-                    ldv<DT, 4>(p.v, ((i64)(t0 + imin(t, L - 1)) * p.HV + hv) * VD + v0 + cc, vr[j]);
+                    for (int e = 0; e < VE; ++e) {
+                        const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
+                        ldv<DT, 4>(p.v, ((i64)(t0 + imin(t, L - 1)) * p.HV + hv) * VD + v0 + cc, vr[e]);
+                    }
+                    write_sb<VT, NW>(s0, Sb);
+#pragma unroll
+                    for (int e = 0; e < VE; ++e) {
+                        const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
+                        *(uint2*)(Vh + t * VTP + cc) =
+                            make_uint2(pack_mma(vr[e][0], vr[e][1]), pack_mma(vr[e][2], vr[e][3]));
+                    }
+                });
+                __syncthreads();
+                FTL(1);
+                float acc[TO::PER][4], accO[TO::PER][4];
+                zero_acc(acc);
+                zero_acc(accO);
+                mma_tiles<CH, VT, KD, NW, false, true>(acc, Ks, KP, Sb, VTP, warp, lane);
+                mma_tiles<CH, VT, KD, NW, false, true>(accO, Qs, KP, Sb, VTP, warp, lane);
+                __syncthreads();  // (Sb is dead: -X goes over it)
+#pragma unroll
+                for (int i = 0; i < TO::PER; ++i) {
+                    int r, cc;
+                    tile_rc<CH, VT, NW>(warp, lane, i, r, cc);
+                    *(u32*)(Xn + r * VTP + cc) = pack_mma(-acc[i][0], -acc[i][1]);
+                    *(u32*)(Xn + (r + 8) * VTP + cc) = pack_mma(-acc[i][2], -acc[i][3]);
                 }
-                write_sb<VT, NW>(s0, Sb);
+                scale_rows<CH, VT, NW>(accO, fac, warp, lane);
+                __syncthreads();
+                FTL(2);
+                zero_acc(acc);
+                mma_tiles<CH, VT, CH, NW, false, true>(acc, Tuh, CP, Vh, VTP, warp, lane);
+                mma_tiles<CH, VT, CH, NW, false, true>(acc, Tul, CP, Vh, VTP, warp, lane);
+                mma_tiles<CH, VT, CH, NW, false, true>(acc, Tw, CP, Xn, VTP, warp, lane);
+                __syncthreads();  // (X and the V tile are dead)
 #pragma unroll
-                for (int j = 0; j < VE; ++j) {
-                    const int e = tid + NTH * j, t = e / (VT / 4), cc = 4 * (e % (VT / 4));
-                    *(uint2*)(Vh + t * VTP + cc) = make_uint2(pack_mma(vr[j][0], vr[j][1]), pack_mma(vr[j][2], vr[j][3]));
+                for (int i = 0; i < TO::PER; ++i) {
+                    int r, cc;
+                    tile_rc<CH, VT, NW>(warp, lane, i, r, cc);
+                    const float k0 = fac[CH + r], k1 = fac[CH + r + 8];
+                    *(u32*)(XV + r * VTP + cc) = pack_mma(acc[i][0], acc[i][1]);
+                    *(u32*)(XV + (r + 8) * VTP + cc) = pack_mma(acc[i][2], acc[i][3]);
+                    *(u32*)(Vs + r * VTP + cc) = pack_mma(k0 * acc[i][0], k0 * acc[i][1]);
+                    *(u32*)(Vs + (r + 8) * VTP + cc) = pack_mma(k1 * acc[i][2], k1 * acc[i][3]);
                 }
-            });
-            __syncthreads();
-            FTL(1);
-            float acc[TO::PER][4], accO[TO::PER][4];
-            zero_acc(acc);
-            zero_acc(accO);
-            mma_tiles<CH, VT, KD, NW, false, true>(acc, Ks, KP, Sb, VTP, warp, lane);
-            mma_tiles<CH, VT, KD, NW, false, true>(accO, Qs, KP, Sb, VTP, warp, lane);
-            __syncthreads();  // (Sb is dead: -X goes over it)
+                __syncthreads();
+                FTL(3);
+                mma_tiles<CH, VT, CH, NW, false, true>(accO, Pm, CP, XV, VTP, warp, lane);
+                store_o_rows<VT, NW>(p, accO, t0_of(c), l_of(c), itm->hv, v0, warp, lane);
+                // (S = e^Γlast S0 + Kᵀ Vs, accumulated onto the scaled S0 in place)
+                float (&accS)[TS::PER][4] = s0;
+                const float gl = fac[2 * CH];
 #pragma unroll
-            for (int i = 0; i < TO::PER; ++i) {
-                int r, cc;
-                tile_rc<CH, VT, NW>(warp, lane, i, r, cc);
-                *(u32*)(Xn + r * VTP + cc) = pack_mma(-acc[i][0], -acc[i][1]);
-                *(u32*)(Xn + (r + 8) * VTP + cc) = pack_mma(-acc[i][2], -acc[i][3]);
+                for (int i = 0; i < TS::PER; ++i)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) accS[i][e] *= gl;
+                mma_tiles<KD, VT, CH, NW, true, true>(accS, Ks, KP, Vs, VTP, warp, lane);
+                if (l_of(c) == CH) maybe_checkpoint<VT, NW>(p, accS, itm->n, itm->hv, (i64)(c + 1) * CH, v0);
+                const i64 fslot = fslot_of();
+                if (fslot >= 0) ft_st_s<VT, NW>(p, accS, p.state_out, c + 1 == nch ? p.s_out_dt : DT_F32, fslot, v0);
+                __syncthreads();  // (Sb, Vs and XV are rewritten by the next tile or chunk)
+                FTL(4);
             }
-            scale_rows<CH, VT, NW>(accO, fac, warp, lane);
-            __syncthreads();
-            FTL(2);
-            zero_acc(acc);
-            mma_tiles<CH, VT, CH, NW, false, true>(acc, Tuh, CP, Vh, VTP, warp, lane);
-            mma_tiles<CH, VT, CH, NW, false, true>(acc, Tul, CP, Vh, VTP, warp, lane);
-            mma_tiles<CH, VT, CH, NW, false, true>(acc, Tw, CP, Xn, VTP, warp, lane);
-            __syncthreads();  // (X and the V tile are dead)
-#pragma unroll
-            for (int i = 0; i < TO::PER; ++i) {
-                int r, cc;
-                tile_rc<CH, VT, NW>(warp, lane, i, r, cc);
-                const float k0 = fac[CH + r], k1 = fac[CH + r + 8];
-                *(u32*)(XV + r * VTP + cc) = pack_mma(acc[i][0], acc[i][1]);
-                *(u32*)(XV + (r + 8) * VTP + cc) = pack_mma(acc[i][2], acc[i][3]);
-                *(u32*)(Vs + r * VTP + cc) = pack_mma(k0 * acc[i][0], k0 * acc[i][1]);
-                *(u32*)(Vs + (r + 8) * VTP + cc) = pack_mma(k1 * acc[i][2], k1 * acc[i][3]);
-            }
-            __syncthreads();
-            FTL(3);
-            mma_tiles<CH, VT, CH, NW, false, true>(accO, Pm, CP, XV, VTP, warp, lane);
-            store_o_rows<VT, NW>(p, accO, t0, L, hv, v0, warp, lane);
-            // (S = e^Γlast S0 + Kᵀ Vs, accumulated onto the scaled S0 in place)
-            float (&accS)[TS::PER][4] = s0;
-#pragma unroll
-            for (int i = 0; i < TS::PER; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) accS[i][e] *= gl;
-            mma_tiles<KD, VT, CH, NW, true, true>(accS, Ks, KP, Vs, VTP, warp, lane);
-            if (L == CH) maybe_checkpoint<VT, NW>(p, accS, n, hv, (i64)(c + 1) * CH, v0);
-            if (fslot >= 0) ft_st_s<VT, NW>(p, accS, p.state_out, c + 1 == nch ? p.s_out_dt : DT_F32, fslot, v0);
-            __syncthreads();  // (Sb, Vs and XV are rewritten by the next tile or chunk)
-            FTL(4);
         }
     }
 #undef FTL
 #if PROBE & 256
-    if (tid == 0 && (blockIdx.x + 7 * blockIdx.y) % 61 == 5)
-        printf("TLT blk=%d,%d len=%d: intra %lld loads %lld step1 %lld step2 %lld step34 %lld cycles\n", (int)blockIdx.x,
-               (int)blockIdx.y, len, ftl[0], ftl[1], ftl[2], ftl[3], ftl[4]);
+    if (tid == 0 && (hv + 7 * n) % 61 == 5)
+        printf("TLT blk=%d,%d len=%d: intra %lld loads %lld step1 %lld step2 %lld step34 %lld cycles\n", hv, n, len,
+               ftl[0], ftl[1], ftl[2], ftl[3], ftl[4]);
+#endif
+}
+// The kernels: one item a CTA (grid (HV, N)) or, PERSIST (`{op}_prefill_fusedtp`, the host's
+// MODE_FT_PERSIST), persistent CTAs (grid (P, 1), P from the host) taking items it = blockIdx.x +
+// i P in order (item it: sequence it / HV, head it % HV), prefetching the next one's inputs (its
+// counter goes through shared memory, FtItem::it: registers are short). Two entry points, so
+// that each inlines the item once. PROBE 256: the entry and exit times of the CTAs on SM 0 (TLS
+// lines: global timer ns and clock64 cycles, so the host sees the gaps and the clock rate).
+template <bool PERSIST>
+__device__ void fused_t(const Params& p) {
+    extern __shared__ __align__(16) char sm[];
+#if PROBE & 256
+    const long long c0 = clock64();
+    const u64 g0 = gtimer();
+#endif
+    if constexpr (!PERSIST) {
+        fused_t_item(p, sm, blockIdx.y * p.HV + blockIdx.x, blockIdx.y, blockIdx.x);
+    } else {
+        const FtItem* itm = (const FtItem*)(sm + Lay<false, true>::STASH + 6 * 64 * 4);
+        const int items = p.HV * p.N;
+#pragma unroll 1
+        for (int it = blockIdx.x; it < items; it = itm->it + gridDim.x) {
+            const int nx = it + gridDim.x;
+            if (nx < items) ft_prefetch_item(p, nx / p.HV, nx % p.HV);
+            fused_t_item(p, sm, it, it / p.HV, it % p.HV);
+        }
+    }
+#if PROBE & 256
+    if (threadIdx.x == 0 && sm_id() == 0)
+        printf("TLS blk=%d,%d start=%llu end=%llu cycles=%lld\n", (int)blockIdx.x, (int)blockIdx.y, g0, gtimer(),
+               clock64() - c0);
 #endif
 }
 
 // ------------------------------------------------------------------------------ small-bh
 // Intra kernel: grid (table_rows, HV), NTH threads, dynamic shared memory Lay<KDA, true>::TOTAL.
 // Row r of the chunk table (sentinel rows skipped) -> workspace block (r, hv) in WLay layout.
+// The T-form with MODE_INTRA_PAIR: grid (table_rows, HV / group), the CTA writes the blocks of
+// every value head of its GVA group in turn; q and k are loaded once (intra_chunk's `pair`).
 template <bool KDA, bool TONLY = false>
 __device__ void smallbh_intra(const Params& p) {
     extern __shared__ __align__(16) char sm[];
-    const int row = blockIdx.x, hv = blockIdx.y;
+    if constexpr (TONLY) pdl_trigger();  // (MODE_PDL: the state pass may launch; a no-op otherwise)
+    const int row = blockIdx.x;
     const int n = p.chunk_table[2 * row], c = p.chunk_table[2 * row + 1];
     if (n < 0) return;
     const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
     const int t0 = (int)bos + c * CH;
     const int L = imin(CH, (int)(eos - t0));
-    char* dst = (char*)p.work + ((i64)row * p.HV + hv) * WLay::BLOCK;
-    intra_chunk<KDA, true, TONLY>(p, sm, t0, L, hv, dst);  // (writes the whole block)
+    if (!(TONLY && (p.mode & MODE_INTRA_PAIR)) || p.group == 1) {
+        const int hv = blockIdx.y;
+        intra_chunk<KDA, true, TONLY>(p, sm, t0, L, hv, (char*)p.work + ((i64)row * p.HV + hv) * WLay::BLOCK);
+        return;
+    }
+    if constexpr (TONLY) {
+        // (t0 and L through shared memory, read at each head's top: values kept in registers
+        // across the heads' stages spill, ptxas)
+        int* tl = (int*)(sm + Lay<KDA, true>::STASH + 6 * 64 * 4);
+        if (threadIdx.x == 0) tl[0] = t0, tl[1] = L;
+        __syncthreads();
+#pragma unroll 1
+        for (int j = 0; j < p.group; ++j) {
+            const int hv = (int)blockIdx.y * p.group + j;
+            char* dst = (char*)p.work + ((i64)blockIdx.x * p.HV + hv) * WLay::BLOCK;
+            // (no barrier between heads: intra_chunk's last shared reads precede its last
+            // barrier, and thread 0 waits for the bulk copies' reads before the next head's first)
+            const bool defer = p.mode & MODE_INTRA_DEFER;
+            const int pair = (j > 0 ? PAIR_REUSE : 0) | (j + 1 < p.group ? PAIR_NEXT : 0) | ((j & 1) ? PAIR_SLOT : 0) |
+                             (defer && j + 1 < p.group ? PAIR_DEFER : 0) | (defer && j > 0 ? PAIR_WAITPREV : 0);
+            intra_chunk<KDA, true, TONLY>(p, sm, tl[0], tl[1], hv, dst, -1, pair);  // (writes the whole block)
+        }
+    }
 }
 
 // ---------------------------------------------------- the overlapped T-form pair (few pairs)
@@ -2403,10 +2546,12 @@ __device__ __forceinline__ void wgmma_nk(float (&d)[KD / 8][4], const uint4& a, 
 // V tile v0, value head hv and sequence n, the sequence's start bos, length len, first chunk-table
 // row r0 and chunk count nch. (warp, len and nch are broadcast from lane 0: ptxas then knows them
 // warp-uniform; branches on values it cannot prove uniform made it serialise every wgmma, C7518.)
-#define WG_CTA_PROLOGUE(p)                                                                            \
+#define WG_CTA_PROLOGUE(p) WG_CTA_PROLOGUE_N(p, blockIdx.z)
+// (the sequence of the CTA given: the T-form pass may walk them in reverse, wgt_seq)
+#define WG_CTA_PROLOGUE_N(p, NZ)                                                                      \
     const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31,   \
               q = lane & 3;                                                                          \
-    const int v0 = blockIdx.x * 64, hv = blockIdx.y, n = blockIdx.z;                                 \
+    const int v0 = blockIdx.x * 64, hv = blockIdx.y, n = (NZ);                                       \
     const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);                                      \
     const int len = __shfl_sync(0xffffffffu, (int)(eos - bos), 0);                                   \
     const int r0 = p.chunk_offsets[n];                                                               \
@@ -2639,11 +2784,50 @@ constexpr bool TU_HI_ONLY = (PROBE & 2048) != 0;
 // Diagnosis (bit 4096): o by per-thread global stores (the path of f32 outputs and of a
 // sequence's last, partial chunk) for every chunk.
 constexpr bool EMIT_DIRECT = (PROBE & 4096) != 0;
+// The sequence of T-form state CTAs with blockIdx.z = z: MODE_STATE_REV (without the overlap)
+// walks them last first, so the first wave reads the blocks the intra kernel wrote last, while
+// they may still be in L2.
+__device__ __forceinline__ int wgt_seq(const Params& p, int z) {
+    return (!p.sync && (p.mode & MODE_STATE_REV)) ? (int)gridDim.z - 1 - z : z;
+}
+// MODE_STATE_PF: once this CTA's fetch thread has issued its last chunk's loads (about NST
+// chunks before the CTA ends), the fetch warp prefetches to L2 what the CTA about one SM count
+// later in launch order reads first: its initial state, its first chunk's block, k, q and v rows
+// (the CTA that will likely take this SM, or one like it, next: CTAs start in linear order).
+__device__ __forceinline__ void wgt_prefetch_next(const Params& p, int lane) {
+    const int gx = gridDim.x, gy = gridDim.y;
+    const int nx = (int)(blockIdx.x + gx * (blockIdx.y + gy * blockIdx.z) + n_smid());
+    const int x = nx % gx, y = (nx / gx) % gy, zi = nx / (gx * gy);
+    if (zi >= (int)gridDim.z) return;
+    const int z = wgt_seq(p, zi);
+    const i64 bos = seq_start(p, z);
+    const int L = imin(CH, (int)(seq_start(p, z + 1) - bos));
+    if (L <= 0) return;
+    const int es = p.qkv_dt == DT_F32 ? 4 : 2, h = y / p.group;
+    if (x == 0) {  // (what both V tiles read: once, by tile 0's CTA)
+        if (lane == 0) {
+            const i64 row = initial_row(p, z);
+            if (p.state_in != nullptr && row >= 0) {
+                const int ss = p.s_in_dt == DT_F32 ? 4 : 2;
+                const char* a = (const char*)p.state_in + (row * p.HV + y) * KD * VD * ss;
+                if (((unsigned long long)a & 15) == 0) prefetch_l2(a, (u32)(KD * VD * ss));
+            }
+        } else if (lane == 1) {
+            prefetch_l2((const char*)p.work + ((i64)p.chunk_offsets[z] * p.HV + y) * WLay::BLOCK, (u32)TLay::END);
+        }
+        for (int r = lane; r < 2 * L; r += 32) {
+            const i64 t = bos + (r >> 1);
+            prefetch_l2((const char*)((r & 1) ? p.q : p.k) + (t * p.H + h) * KD * es, (u32)(KD * es));
+        }
+    }
+    for (int r = lane; r < L; r += 32)
+        prefetch_l2((const char*)p.v + ((bos + r) * p.HV + y) * VD * es + x * 64 * es, (u32)(64 * es));
+}
 __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
     extern __shared__ __align__(16) char smraw[];
     char* sm = smraw + ((1024u - (smem_addr(smraw) & 1023u)) & 1023u);
     constexpr int NST = GTLay::NST, NB = GTLay::NB;
-    WG_CTA_PROLOGUE(p);
+    WG_CTA_PROLOGUE_N(p, wgt_seq(p, blockIdx.z));
     const int h = hv / p.group;
     u64* bars = (u64*)(sm + GTLay::MB);
     u64* empty = bars + NST;
@@ -2667,6 +2851,8 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
                     tma_load_2d(st + GTLay::Q + b * 8192, tm.q, h * KD + 64 * b, tok, bar);
                 }
                 tma_load_2d(st + GTLay::V, tm.v, hv * VD + v0, tok, bar);
+                // (MODE_PDL without the overlap: the intra grid's blocks, once, before the first)
+                if (c == 0 && p.sync == nullptr && (p.mode & MODE_PDL)) pdl_wait();
                 if (p.ov_trace) {
                     const u64 w0 = gtimer();
                     wait_ready(p, blk);
@@ -2682,6 +2868,7 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
         // here: lanes 1-31 would otherwise run ahead into griddepcontrol.wait, which then holds
         // the warp, lane 0's fetch loop included, until the intra grid ends; measured, session 10)
         __syncwarp();
+        if ((p.mode & MODE_STATE_PF) && !p.sync) wgt_prefetch_next(p, lane);
         if (p.sync) pdl_wait();
         const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
         if (p.ov_trace && lane == 0 && cta < TRACE_STATE) {

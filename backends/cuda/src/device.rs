@@ -148,7 +148,8 @@ pub fn load(
         if name.ends_with("_statewg") && loaded.sizes[9] == 0 {
             continue; // (not compiled for this arch or these head dims)
         }
-        if name.ends_with("_fusedt") && loaded.sizes[13] == 0 {
+        let fused_t = name.ends_with("_fusedt") || name.ends_with("_fusedtp");
+        if fused_t && loaded.sizes[13] == 0 {
             continue; // (the fused T-form: gdn with K, V >= 64)
         }
         let t_form = ["_statewgt", "_intrat", "_intratov"];

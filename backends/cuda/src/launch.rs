@@ -78,7 +78,8 @@ pub struct Params {
     pub ov_tau: i32,
     pub ov_free: i32,
     pub ov_trace: i32,
-    pub ov_pad: i32,
+    /// Variant bits (`MODE_*` in kernels/common.cuh; [`crate::Modes`]).
+    pub mode: i32,
 }
 
 const _: () = assert!(std::mem::size_of::<Params>() == 256);

@@ -74,6 +74,90 @@ pub struct CudaBackend {
     /// `DELTARULE_CUDA_FUSED=classic`: `chunked` keeps the classic fused kernel where the fused
     /// T-form would apply (benchmarks; read once).
     fused_classic: bool,
+    /// Kernel variant bits (`DELTARULE_CUDA_MODE`, read once; benchmarks).
+    modes: Modes,
+}
+
+/// Kernel variants selected by bits of `Params::mode` (kernels/common.cuh, `MODE_*`). Production
+/// takes [`Modes::DEFAULT`]; `DELTARULE_CUDA_MODE=<bits>` replaces it (benchmarks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Modes(pub i32);
+
+impl Modes {
+    /// The small-bh T-form intra kernel runs every value head of a GVA group in one CTA.
+    pub const INTRA_PAIR: i32 = 1;
+    /// The fused T-form runs persistent CTAs (two an SM) over its items.
+    pub const FT_PERSIST: i32 = 4;
+    /// Persistent fused T-form: the next item's first q, k, v rows to L2.
+    pub const FT_PF_QKV: i32 = 8;
+    /// Persistent fused T-form: the next item's initial state to L2.
+    pub const FT_PF_H0: i32 = 16;
+    /// The fused T-form without its L2 prefetches of the chunk's V rows and the next chunk's rows.
+    pub const FT_NO_PF: i32 = 32;
+    /// The fused T-form without the L2 prefetch of an item's initial state.
+    pub const FT_NO_H0PF: i32 = 64;
+    /// The small-bh T-form pair without the overlap: the state pass as a programmatic
+    /// dependent launch of the intra kernel.
+    pub const PDL: i32 = 128;
+    /// With INTRA_PAIR: a head's wait for its bulk copies moves into the next head's stage.
+    pub const INTRA_DEFER: i32 = 256;
+    /// The T-form state pass without the overlap prefetches a later CTA's first inputs to L2.
+    pub const STATE_PF: i32 = 512;
+    /// The T-form state pass without the overlap takes the sequences last first.
+    pub const STATE_REV: i32 = 1024;
+    /// The T-form intra kernel without the overlap stores T_w, T_u and the factors from the
+    /// threads instead of bulk copies.
+    pub const INTRA_ST: i32 = 2048;
+    const ALL: i32 = 1 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512 | 1024 | 2048;
+    /// What production runs: the intra pairing, the dependent launch and the deferred copy wait
+    /// (session 16, gdn 16/32 16x1024 on the H200: 0.569 -> 0.522 ms; bench/NOTES.md).
+    pub const DEFAULT: Modes = Modes(Self::INTRA_PAIR | Self::PDL | Self::INTRA_DEFER);
+
+    /// `DELTARULE_CUDA_MODE` (a number of the bits above), or the default.
+    pub fn from_env() -> Result<Modes> {
+        match std::env::var("DELTARULE_CUDA_MODE") {
+            Err(_) => Ok(Self::DEFAULT),
+            Ok(s) => Self::parse(&s),
+        }
+    }
+
+    /// A value of `DELTARULE_CUDA_MODE`: a decimal number made of the bits above.
+    pub fn parse(s: &str) -> Result<Modes> {
+        match s.trim().parse::<i32>() {
+            Ok(b) if b >= 0 && b & !Self::ALL == 0 => Ok(Modes(b)),
+            _ => Err(Error::invalid(
+                "DELTARULE_CUDA_MODE",
+                format!(
+                    "a decimal number made of the bits {} (1, 4, .., 2048)",
+                    Self::ALL
+                ),
+                s,
+            )),
+        }
+    }
+
+    fn has(self, bit: i32) -> bool {
+        self.0 & bit != 0
+    }
+
+    /// Value heads a CTA of the small-bh T-form intra kernel takes (1, or the GVA group).
+    pub fn intra_heads(self, p: &Problem) -> usize {
+        if self.has(Self::INTRA_PAIR) {
+            p.group()
+        } else {
+            1
+        }
+    }
+
+    /// Grid of the fused T-form: one CTA per (value head, sequence), or persistent CTAs, two an
+    /// SM, over the (sequence, value head) items.
+    pub fn fused_t_grid(self, p: &Problem, sms: usize) -> (u32, u32, u32) {
+        if self.has(Self::FT_PERSIST) {
+            ((p.hv * p.seqs).min(2 * sms).max(1) as u32, 1, 1)
+        } else {
+            (p.hv as u32, p.seqs as u32, 1)
+        }
+    }
 }
 
 fn unavailable(reason: impl Into<String>) -> Error {
@@ -148,6 +232,7 @@ impl CudaBackend {
                 .map_or(OverlapSetting::Auto, |s| OverlapSetting::parse(&s)),
             overlap_trace: std::env::var("DELTARULE_CUDA_OVERLAP_TRACE").is_ok_and(|s| s == "1"),
             fused_classic: std::env::var("DELTARULE_CUDA_FUSED").is_ok_and(|s| s == "classic"),
+            modes: Modes::from_env()?,
         })
     }
 
@@ -320,6 +405,7 @@ impl CudaBackend {
         self.bind()?;
         let base = ws.base();
         let mut prm = launch::params(p, t);
+        prm.mode = self.modes.0;
         prm.chunk_table = base + layout.chunk_table as u64;
         prm.chunk_offsets = base + layout.chunk_offsets as u64;
         prm.ck_offsets = base + layout.ck_offsets as u64;
@@ -371,22 +457,23 @@ impl CudaBackend {
         match kernel {
             Kernel::Chunked => {
                 let ft = main.sizes[13] > 0 && fused_t_applies(p) && !self.fused_classic;
-                let (name, smem) = if ft {
-                    (format!("{prefix}_prefill_fusedt"), main.sizes[13] as u32)
+                let (name, smem, grid) = if ft {
+                    let grid = self.modes.fused_t_grid(p, sms);
+                    let persist = if self.modes.has(Modes::FT_PERSIST) {
+                        "p"
+                    } else {
+                        ""
+                    };
+                    let name = format!("{prefix}_prefill_fusedt{persist}");
+                    (name, main.sizes[13] as u32, grid)
                 } else {
-                    (format!("{prefix}_prefill_fused"), main.sizes[0] as u32)
+                    (
+                        format!("{prefix}_prefill_fused"),
+                        main.sizes[0] as u32,
+                        (hv, n, 1),
+                    )
                 };
-                launch_one(
-                    &main,
-                    &name,
-                    (hv, n, 1),
-                    256,
-                    smem,
-                    stream,
-                    &prm,
-                    None,
-                    false,
-                )?;
+                launch_one(&main, &name, grid, 256, smem, stream, &prm, None, false)?;
             }
             Kernel::SmallBh => {
                 let (pass, ov) = small.ok_or_else(|| drv("small-bh launch", "no plan"))?;
@@ -401,7 +488,8 @@ impl CudaBackend {
                         smem + 16,
                     ),
                     (StatePass::WgT, None) => {
-                        (format!("{prefix}_prefill_intrat"), (rows, hv, 1), smem)
+                        let units = hv / self.modes.intra_heads(p) as u32;
+                        (format!("{prefix}_prefill_intrat"), (rows, units, 1), smem)
                     }
                     _ => (format!("{prefix}_prefill_intra"), (rows, hv, 1), smem),
                 };
@@ -428,7 +516,8 @@ impl CudaBackend {
                         let name = format!("{state}{suffix}");
                         let grid = ((p.v / 64) as u32, hv, n);
                         let (threads, smem) = (main.sizes[at + 1] as u32, main.sizes[at] as u32);
-                        let pdl = ov.is_some();
+                        let pdl =
+                            ov.is_some() || (pass == StatePass::WgT && self.modes.has(Modes::PDL));
                         launch_one(
                             &main,
                             &name,
@@ -440,7 +529,7 @@ impl CudaBackend {
                             Some(&maps),
                             pdl,
                         )?;
-                        if pdl && self.overlap_trace {
+                        if ov.is_some() && self.overlap_trace {
                             let at = prm.sync + launch::trace_offset(rows as usize * p.hv) as u64;
                             print_overlap_trace(stream, at)?;
                         }
@@ -1187,8 +1276,8 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::{
-        check_ptrs, fused_t_applies, overlap_plan, state_pass, state_tile, Overlap, OverlapSetting,
-        StatePass, Variants,
+        check_ptrs, fused_t_applies, overlap_plan, state_pass, state_tile, Modes, Overlap,
+        OverlapSetting, StatePass, Variants,
     };
     use crate::launch::DevicePtrs;
     use deltarule_core::{Error, Mode, Op, Problem};
@@ -1326,6 +1415,41 @@ mod tests {
         let mut q = p.clone();
         q.op = Op::Kda;
         assert!(!fused_t_applies(&q));
+    }
+
+    /// The variant bits: the default, the grids they imply, and what the variable accepts.
+    #[test]
+    fn modes_pick_grids_and_reject_unknown_bits() {
+        let p = prefill(256, 16, 32);
+        let d = Modes::DEFAULT;
+        assert_eq!(
+            d.intra_heads(&p),
+            2,
+            "the default pairs the heads of a GVA group"
+        );
+        assert_eq!(
+            d.intra_heads(&prefill(1, 32, 32)),
+            1,
+            "no group, no pairing"
+        );
+        assert_eq!(Modes(0).intra_heads(&p), 1);
+        assert_eq!(d.fused_t_grid(&p, 132), (32, 256, 1));
+        let persist = Modes(Modes::FT_PERSIST);
+        assert_eq!(persist.fused_t_grid(&p, 132), (264, 1, 1), "two CTAs an SM");
+        assert_eq!(
+            persist.fused_t_grid(&prefill(2, 16, 32), 132),
+            (64, 1, 1),
+            "no more than the items"
+        );
+        assert_eq!(Modes::parse(" 129 ").ok(), Some(Modes(129)));
+        assert_eq!(Modes::parse("0").ok(), Some(Modes(0)));
+        for bad in ["2", "4096", "-1", "pair", ""] {
+            let e = Modes::parse(bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("DELTARULE_CUDA_MODE"), "{bad:?}: {e}");
+        }
     }
 
     #[test]
