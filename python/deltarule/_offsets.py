@@ -61,8 +61,11 @@ def checked_contents(
     return contents
 
 
-def validate(spec: "_spec.Spec", cu_seqlens: Any, state_indices: Any, checkpoints: Any) -> None:
-    """Validates offsets (and indices and the checkpoint buffer size) for one call."""
+def validate(
+    spec: "_spec.Spec", cu_seqlens: Any, state_indices: Any, checkpoints: Any
+) -> Optional[List[int]]:
+    """Validates offsets (and indices and the checkpoint buffer size) for one call; returns the
+    offsets read (None under graph capture)."""
     cu = checked_contents(
         "cu", cu_seqlens, lambda c: _spec.validate_cu_seqlens(c, spec.T), (spec.T,)
     )
@@ -86,6 +89,19 @@ def validate(spec: "_spec.Spec", cu_seqlens: Any, state_indices: Any, checkpoint
                 f"invalid argument `checkpoints`: expected at least {need} rows "
                 f"(floor(len/{spec.checkpoint_every}) per sequence), got {rows}"
             )
+    return cu
+
+
+def longest_hint(cu: Optional[List[int]]) -> Optional[int]:
+    """The selection's hint for offsets ``cu``: the longest sequence's tokens rounded up to a
+    power of two and capped at T, or None when the offsets were not read (graph capture). Never
+    below the true length, and on the same side of every power-of-two bound (the rule it feeds
+    fuses one-chunk sequences, at most 64 tokens); few distinct values keep the workspace-size
+    cache small when lengths vary from call to call."""
+    if cu is None:
+        return None
+    m = max((b - a for a, b in zip(cu, cu[1:])), default=0)
+    return 0 if m <= 0 else min(1 << (m - 1).bit_length(), cu[-1])
 
 
 def clear() -> None:

@@ -44,12 +44,14 @@ _WS_BYTES: "OrderedDict[tuple, int]" = OrderedDict()
 _WS_CACHE_MAX = 1024
 
 
-def _workspace(op: str, mode: str, backend: str, native: tuple, device: torch.device) -> Tensor:
+def _workspace(
+    op: str, mode: str, backend: str, native: tuple, device: torch.device, max_seq: Optional[int]
+) -> Tensor:
     index = device.index or 0
-    key = (op, mode, backend, index, native)
+    key = (op, mode, backend, index, native, max_seq)
     need = _WS_BYTES.get(key)
     if need is None:
-        need = int(_native.workspace_bytes(op, mode, backend, native, index)[1])
+        need = int(_native.workspace_bytes(op, mode, backend, native, index, max_seq=max_seq)[1])
         _WS_BYTES[key] = need
         if len(_WS_BYTES) > _WS_CACHE_MAX:
             _WS_BYTES.popitem(last=False)
@@ -73,7 +75,9 @@ def _run(op: str, mode: str, tensors: tuple, scalars: tuple, backend: str) -> No
         )
     if spec.T == 0:
         return
-    _offsets.validate(spec, cu_seqlens, state_indices, checkpoints)
+    # (the longest sequence, when the offsets were read: the selection's hint, e.g. one-chunk
+    # sequences take the fused kernel; the workspace and the launch get the same value)
+    max_seq = _offsets.longest_hint(_offsets.validate(spec, cu_seqlens, state_indices, checkpoints))
     state_in = state_pool if state_pool is not None else initial_state
     state_out = state_pool if state_pool is not None else final_state
     ptrs = [
@@ -83,9 +87,9 @@ def _run(op: str, mode: str, tensors: tuple, scalars: tuple, backend: str) -> No
     ]
     stream = torch.cuda.current_stream(q.device).cuda_stream
     native = spec.native()
-    ws = _workspace(op, mode, backend, native, q.device)
+    ws = _workspace(op, mode, backend, native, q.device, max_seq)
     _native.launch(op, mode, backend, native, ptrs, stream, q.device.index or 0,
-                   int(ws.data_ptr()), int(ws.numel()))
+                   int(ws.data_ptr()), int(ws.numel()), max_seq=max_seq)
 
 
 def _dispatch_stack_empty() -> bool:

@@ -166,8 +166,10 @@ fn engine(device: usize) -> PyResult<Arc<Engine>> {
 /// and loads the kernels on first use). The caller allocates the workspace (the torch ops take it
 /// from PyTorch's caching allocator: freed after eager calls, kept by a captured CUDA graph's
 /// memory pool) and passes it to `launch`.
+/// `max_seq`: the longest sequence's tokens when known on the host (a selection hint, see
+/// `Engine::launch_device`; pass `launch` the same value).
 #[pyfunction]
-#[pyo3(signature = (op, mode, backend, desc, device))]
+#[pyo3(signature = (op, mode, backend, desc, device, max_seq=None))]
 fn workspace_bytes(
     py: Python<'_>,
     op: &str,
@@ -175,12 +177,13 @@ fn workspace_bytes(
     backend: &str,
     desc: Desc,
     device: usize,
+    max_seq: Option<usize>,
 ) -> PyResult<(&'static str, usize)> {
     let p = problem(op, mode, &desc)?;
     let pref = Preference::parse(backend).map_err(to_py)?;
     let e = engine(device)?;
     py.detach(|| {
-        e.device_workspace(&p, pref)
+        e.device_workspace(&p, pref, max_seq)
             .map(|(r, n)| (r.id, n))
             .map_err(to_py)
     })
@@ -188,10 +191,11 @@ fn workspace_bytes(
 
 /// Launches one op on device tensors with the caller's workspace (`ws_ptr`, `ws_bytes`: device
 /// memory of at least `workspace_bytes(...)` bytes, 256-byte aligned, untouched by anything else
-/// until the launch has completed on `stream`). Returns the id of the rule that ran.
+/// until the launch has completed on `stream`). `max_seq`: as for `workspace_bytes` (the same
+/// value there and here). Returns the id of the rule that ran.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (op, mode, backend, desc, ptrs, stream, device, ws_ptr=0, ws_bytes=0))]
+#[pyo3(signature = (op, mode, backend, desc, ptrs, stream, device, ws_ptr=0, ws_bytes=0, max_seq=None))]
 fn launch(
     py: Python<'_>,
     op: &str,
@@ -203,6 +207,7 @@ fn launch(
     device: usize,
     ws_ptr: u64,
     ws_bytes: usize,
+    max_seq: Option<usize>,
 ) -> PyResult<&'static str> {
     let p = problem(op, mode, &desc)?;
     let pref = Preference::parse(backend).map_err(to_py)?;
@@ -227,7 +232,7 @@ fn launch(
     let mut ws = unsafe { Workspace::external(ws_ptr, ws_bytes) }.map_err(to_py)?;
     // the launch only enqueues work; release the GIL around it
     py.detach(|| {
-        e.launch_device(&p, pref, &t, stream, &mut ws)
+        e.launch_device(&p, pref, &t, stream, &mut ws, max_seq)
             .map(|r| r.id)
             .map_err(to_py)
     })
@@ -236,17 +241,18 @@ fn launch(
 /// The rule `auto` (or `backend`) would choose for a problem, and the whole trace.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (op, mode, backend, desc, device=0))]
+#[pyo3(signature = (op, mode, backend, desc, device=0, max_seq=None))]
 fn select(
     op: &str,
     mode: &str,
     backend: &str,
     desc: Desc,
     device: usize,
+    max_seq: Option<usize>,
 ) -> PyResult<(Option<&'static str>, Vec<String>)> {
     let p = problem(op, mode, &desc)?;
     let pref = Preference::parse(backend).map_err(to_py)?;
-    let sel = engine(device)?.select(&p, pref, None);
+    let sel = engine(device)?.select(&p, pref, max_seq);
     Ok((sel.chosen.map(|r| r.id), sel.explain()))
 }
 

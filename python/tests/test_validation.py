@@ -197,3 +197,29 @@ def test_the_spec_cache_returns_the_same_spec_and_still_rejects_bad_calls():
             _spec.cached_spec("gdn", "prefill", tuple(bad), opts)
     with pytest.raises(ValueError, match="`gate`"):
         _spec.cached_spec("gdn", "prefill", ts, (0.0, False, "relu", -5.0, "prob", "vk", 0))
+
+
+def test_the_longest_sequence_hint_keeps_the_side_of_every_power_of_two():
+    from deltarule._offsets import longest_hint
+
+    assert longest_hint(None) is None  # graph capture: the offsets are not read
+    assert longest_hint([0, 0]) == 0
+    assert longest_hint([0, 64, 128]) == 64
+    assert longest_hint([0, 3, 40, 100]) == 64  # the longest is 60
+    assert longest_hint([0, 65, 70]) == 70  # 128, capped at T
+    assert longest_hint([0, 100, 1100]) == 1024
+    for cu in ([0, 1], [0, 63, 64], [0, 64], [0, 65], [0, 10, 139], [0, 500, 600], [0, 0, 7]):
+        m = max(b - a for a, b in zip(cu, cu[1:]))
+        h = longest_hint(cu)
+        assert m <= h <= cu[-1], (cu, h)
+        assert (h <= 64) == (m <= 64), (cu, h)
+
+
+def test_the_native_calls_take_the_hint_and_check_it():
+    s = spec(**tensors(pool=3, V=16))  # T = 10
+    with pytest.raises(ValueError, match="max_seq"):
+        _native.launch("gdn", "prefill", "auto", s.native(), [0] * 13, 0, 0, max_seq=11)
+    with pytest.raises(ValueError, match="max_seq"):
+        _native.workspace_bytes("gdn", "prefill", "auto", s.native(), 0, max_seq=11)
+    rule, trace = _native.select("gdn", "prefill", "auto", s.native(), max_seq=5)
+    assert trace, "the selection explains itself"

@@ -139,6 +139,13 @@ impl Engine {
     /// without reading device memory or synchronising. `cu_seqlens` and `state_indices` are not
     /// validated here: the caller validates them (the Python package does, with the versioned
     /// cache of SPEC.md section 7).
+    ///
+    /// `max_seq`: the longest sequence's token count, where the caller knows it on the host (the
+    /// Python package does after reading the offsets; not under CUDA-graph capture). Only the
+    /// selection uses it (`auto` fuses gdn when every sequence is one chunk, `AutoWhen::short`):
+    /// every row computes the same result for any lengths, so a stale hint (a graph replayed
+    /// with longer sequences) costs speed, never correctness. Pass the same value to
+    /// [`Engine::device_workspace`], which sizes the workspace for the row it selects.
     #[cfg(feature = "cuda")]
     pub fn launch_device(
         &self,
@@ -147,8 +154,9 @@ impl Engine {
         ptrs: &DevicePtrs,
         stream: u64,
         ws: &mut Workspace,
+        max_seq: Option<usize>,
     ) -> Result<&'static Rule> {
-        let (rule, cuda) = self.device_rule(p, pref)?;
+        let (rule, cuda) = self.device_rule(p, pref, max_seq)?;
         cuda.reserve(ws, rule.kernel, p)?;
         cuda.launch(rule.kernel, p, ptrs, stream, ws)?;
         Ok(rule)
@@ -162,20 +170,33 @@ impl Engine {
         &self,
         p: &Problem,
         pref: Preference,
+        max_seq: Option<usize>,
     ) -> Result<(&'static Rule, usize)> {
-        let (rule, cuda) = self.device_rule(p, pref)?;
+        let (rule, cuda) = self.device_rule(p, pref, max_seq)?;
         Ok((rule, cuda.workspace_layout(rule.kernel, p)?.total))
     }
 
     /// The CUDA row for device-resident tensors (`auto` means the best CUDA row).
     #[cfg(feature = "cuda")]
-    fn device_rule(&self, p: &Problem, pref: Preference) -> Result<(&'static Rule, &CudaBackend)> {
+    fn device_rule(
+        &self,
+        p: &Problem,
+        pref: Preference,
+        max_seq: Option<usize>,
+    ) -> Result<(&'static Rule, &CudaBackend)> {
         p.validate()?;
+        if let Some(m) = max_seq.filter(|&m| m > p.tokens) {
+            return Err(deltarule_core::Error::invalid(
+                "max_seq",
+                format!("at most T = {} (the longest sequence's tokens)", p.tokens),
+                m.to_string(),
+            ));
+        }
         let pref = match pref {
             Preference::Auto => Preference::Backend(BackendKind::Cuda),
             other => other,
         };
-        let rule = self.select(p, pref, None).rule()?;
+        let rule = self.select(p, pref, max_seq).rule()?;
         match (&self.cuda, rule.backend) {
             (Some(c), BackendKind::Cuda) => Ok((rule, c.as_ref())),
             (_, b) => Err(deltarule_core::Error::invalid(
