@@ -45,7 +45,9 @@ extern "C" __global__ void __launch_bounds__(160, 1) gdn_prefill_statewg(const P
 
 #if HAS_STATE_WG
 // small-bh stage 1 of the T-form (16-bit inputs, with gdn_prefill_statewgt): grid (table_rows, HV),
-// 256 threads, shared Lay<false, true>::TOTAL; writes the TLay block (T_w, T_u, P, factors).
+// or (table_rows, HV / group) with MODE_INTRA_PAIR (a CTA writes the blocks of a GVA group's
+// value heads in turn, q and k loaded once), 256 threads, shared Lay<false, true>::TOTAL; writes
+// the TLay block (T_w, T_u, P, factors); triggers the state pass's dependent launch (MODE_PDL).
 extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_intrat(const Params p) {
     smallbh_intra<false, true>(p);
 }
