@@ -516,8 +516,14 @@ impl CudaBackend {
                         let name = format!("{state}{suffix}");
                         let grid = ((p.v / 64) as u32, hv, n);
                         let (threads, smem) = (main.sizes[at + 1] as u32, main.sizes[at] as u32);
-                        let pdl =
-                            ov.is_some() || (pass == StatePass::WgT && self.modes.has(Modes::PDL));
+                        // (the dependent launch without the overlap: the state CTAs with
+                        // chunks wait for the whole intra grid, so this grid completes after it
+                        // and the next work in the stream cannot overtake it; with no token at
+                        // all no CTA would wait, hence tokens > 0)
+                        let pdl = ov.is_some()
+                            || (pass == StatePass::WgT
+                                && self.modes.has(Modes::PDL)
+                                && p.tokens > 0);
                         launch_one(
                             &main,
                             &name,
