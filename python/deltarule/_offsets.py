@@ -16,7 +16,8 @@ from typing import Any, Callable, List, Optional, Tuple
 from . import _spec
 
 _CAPACITY = 64
-_cache: "OrderedDict[Tuple[Any, ...], Tuple[int, List[int]]]" = OrderedDict()
+# (version, contents, derive(contents)): what a call needs from the contents is computed once
+_cache: "OrderedDict[Tuple[Any, ...], Tuple[int, List[int], Any]]" = OrderedDict()
 stats = {"hits": 0, "reads": 0}
 
 
@@ -37,11 +38,16 @@ def capturing() -> bool:
 
 
 def checked_contents(
-    kind: str, t: Any, check: Callable[[List[int]], None], extra: Tuple[Any, ...] = ()
-) -> Optional[List[int]]:
-    """Returns the validated contents of ``t`` (None under graph capture)."""
+    kind: str,
+    t: Any,
+    check: Callable[[List[int]], None],
+    extra: Tuple[Any, ...] = (),
+    derive: Callable[[List[int]], Any] = lambda c: None,
+) -> Tuple[Optional[List[int]], Any]:
+    """Returns the validated contents of ``t`` and ``derive(contents)``, cached with them (None,
+    None under graph capture)."""
     if capturing():
-        return None
+        return None, None
     key = (kind, int(t.data_ptr()), int(t.numel()), str(t.device)) + extra
     version = _version(t)
     if version is not None:
@@ -49,25 +55,27 @@ def checked_contents(
         if hit is not None and hit[0] == version:
             _cache.move_to_end(key)
             stats["hits"] += 1
-            return hit[1]
+            return hit[1], hit[2]
     contents = [int(x) for x in t.tolist()]
     stats["reads"] += 1
     check(contents)
+    derived = derive(contents)
     if version is not None:
-        _cache[key] = (version, contents)
+        _cache[key] = (version, contents, derived)
         _cache.move_to_end(key)
         while len(_cache) > _CAPACITY:
             _cache.popitem(last=False)
-    return contents
+    return contents, derived
 
 
 def validate(
     spec: "_spec.Spec", cu_seqlens: Any, state_indices: Any, checkpoints: Any
-) -> Optional[List[int]]:
+) -> Optional[int]:
     """Validates offsets (and indices and the checkpoint buffer size) for one call; returns the
-    offsets read (None under graph capture)."""
-    cu = checked_contents(
-        "cu", cu_seqlens, lambda c: _spec.validate_cu_seqlens(c, spec.T), (spec.T,)
+    selection's hint ``longest_hint(cu_seqlens)``, cached with the offsets (None under graph
+    capture)."""
+    cu, hint = checked_contents(
+        "cu", cu_seqlens, lambda c: _spec.validate_cu_seqlens(c, spec.T), (spec.T,), longest_hint
     )
     if state_indices is not None:
         checked_contents(
@@ -89,7 +97,7 @@ def validate(
                 f"invalid argument `checkpoints`: expected at least {need} rows "
                 f"(floor(len/{spec.checkpoint_every}) per sequence), got {rows}"
             )
-    return cu
+    return hint
 
 
 def longest_hint(cu: Optional[List[int]]) -> Optional[int]:

@@ -77,7 +77,7 @@ def _run(op: str, mode: str, tensors: tuple, scalars: tuple, backend: str) -> No
         return
     # (the longest sequence, when the offsets were read: the selection's hint, e.g. one-chunk
     # sequences take the fused kernel; the workspace and the launch get the same value)
-    max_seq = _offsets.longest_hint(_offsets.validate(spec, cu_seqlens, state_indices, checkpoints))
+    max_seq = _offsets.validate(spec, cu_seqlens, state_indices, checkpoints)
     state_in = state_pool if state_pool is not None else initial_state
     state_out = state_pool if state_pool is not None else final_state
     ptrs = [

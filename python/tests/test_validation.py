@@ -223,3 +223,41 @@ def test_the_native_calls_take_the_hint_and_check_it():
         _native.workspace_bytes("gdn", "prefill", "auto", s.native(), 0, max_seq=11)
     rule, trace = _native.select("gdn", "prefill", "auto", s.native(), max_seq=5)
     assert trace, "the selection explains itself"
+
+
+def test_the_hint_is_derived_once_per_cached_offsets():
+    from deltarule import _offsets
+
+    class Fake:  # the part of a tensor the cache reads
+        device = "cuda:0"
+        _version = 0
+
+        def __init__(self, xs):
+            self.xs = xs
+
+        def data_ptr(self):
+            return id(self)
+
+        def numel(self):
+            return len(self.xs)
+
+        def tolist(self):
+            return list(self.xs)
+
+    calls = []
+
+    def derive(c):
+        calls.append(c)
+        return _offsets.longest_hint(c)
+
+    t = Fake([0, 40, 100])
+    _offsets.clear()
+    first = _offsets.checked_contents("cu", t, lambda c: None, (100,), derive)
+    again = _offsets.checked_contents("cu", t, lambda c: None, (100,), derive)
+    assert first == again == ([0, 40, 100], 64)
+    assert len(calls) == 1, "a cache hit reuses the derived hint"
+    t._version = 1  # an in-place refill: read and derived again
+    t.xs = [0, 90, 100]
+    assert _offsets.checked_contents("cu", t, lambda c: None, (100,), derive) == ([0, 90, 100], 100)
+    assert len(calls) == 2
+    _offsets.clear()
