@@ -79,6 +79,11 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_fusedt(const Pa
 extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_fusedtp(const Params p) {
     fused_t<true>(p);
 }
+
+// The same with the state tiles' loads issued ahead of their use (MODE_FT_PIPE; fused_t_item's PIPE).
+extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_fusedtq(const Params p) {
+    fused_t<false, true>(p);
+}
 #endif
 
 // The size table the host reads (prefill.cuh, PREFILL_SIZES).

@@ -48,8 +48,10 @@
 // 128 the small-bh bulk copies of the block to the workspace; 256 a clock64 timeline of sampled
 // chunks (printf); 512 the former f32 CUDA-core T merge instead of the tensor-core doubling.
 // T-form state pass: 2048 U from T_u's hi part only; 4096 o by per-thread stores for every chunk.
+// mma_tiles2 (two products sharing B) as two mma_tiles: 131072.
 // Fused T-form (fused_t): 256 a clock64 timeline too (TLT lines), 8192 no intra stage (the state
-// part on stale shared memory), 16384 no state part.
+// part on stale shared memory), 16384 no state part; its PIPE form (`fusedtq`): 32768 without the
+// early loads of the first tile, 65536 with V loaded and converted as without PIPE.
 #ifndef PROBE
 #define PROBE 0
 #endif
@@ -292,6 +294,61 @@ __device__ __forceinline__ void mma_tiles(float (&acc)[Tiles<M, N, NW>::PER][4],
                 else ldsm_x2(b0s + b_lane2 + boff, b0, b1);
                 mma16816(acc[i], a0, a1, a2, a3, b0, b1);
             }
+        }
+    }
+}
+
+// acc1 += A1 x B and acc2 += A2 x B (A1, A2 with the same layout and stride; acc1 may be acc2:
+// acc += (A1 + A2) x B, summed in that order per k step): mma_tiles twice with each B fragment loaded once (the warps' tiles are thin, so B's ldmatrix loads are most of
+// a product's shared-memory traffic; session 17: the fused T-form's stall samples were mostly
+// shared-load waits). MMA_SPLIT (diagnosis, PROBE bit 131072): two mma_tiles instead.
+constexpr bool MMA_SPLIT = (PROBE & 131072) != 0;
+template <int M, int N, int KK, int NW, bool AT = false, bool BT = false>
+__device__ __forceinline__ void mma_tiles2(float (&acc1)[Tiles<M, N, NW>::PER][4],
+                                           float (&acc2)[Tiles<M, N, NW>::PER][4], const u16* A1,
+                                           const u16* A2, int lda, const u16* B, int ldb, int warp, int lane) {
+    if constexpr (MMA_SPLIT) {
+        mma_tiles<M, N, KK, NW, AT, BT>(acc1, A1, lda, B, ldb, warp, lane);
+        mma_tiles<M, N, KK, NW, AT, BT>(acc2, A2, lda, B, ldb, warp, lane);
+        return;
+    }
+    typedef Tiles<M, N, NW> TL;
+    static_assert(TL::PER % TL::NT == 0 || TL::NT % TL::PER == 0, "tile rows of a warp");
+    static_assert(TL::NT % 2 == 0 && TL::PER % 2 == 0, "tile pairs share a tile row");
+    static_assert(KK % 16 == 0, "k steps");
+    const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
+    const u32 a_lane = AT ? (u32)(((l7 + 8 * l16) * lda + 8 * l8) * 2)
+                          : (u32)(((l7 + 8 * l8) * lda + 8 * l16) * 2);
+    const u32 b_lane = BT ? (u32)(((l7 + 8 * l8) * ldb + 8 * l16) * 2)
+                          : (u32)(((l7 + 8 * l16) * ldb + 8 * l8) * 2);
+    const u32 a1s = smem_addr(A1) + a_lane, a2s = smem_addr(A2) + a_lane, b0s = smem_addr(B) + b_lane;
+#pragma unroll
+    for (int ks = 0; ks < KK / 16; ++ks) {
+        u32 x0 = 0, x1 = 0, x2 = 0, x3 = 0, y0 = 0, y1 = 0, y2 = 0, y3 = 0;
+#pragma unroll
+        for (int i = 0; i < TL::PER; i += 2) {
+            const int idx = warp * TL::PER + i;
+            const int mt = idx / TL::NT, nt = idx % TL::NT;
+            if ((TL::PER % TL::NT == 0) ? (i % TL::NT == 0) : (i == 0)) {
+                const u32 off = AT ? (u32)((ks * 16 * lda + mt * 16) * 2)
+                                   : (u32)((mt * 16 * lda + ks * 16) * 2);
+                if constexpr (AT) {
+                    ldsm_x4_t(a1s + off, x0, x1, x2, x3);
+                    ldsm_x4_t(a2s + off, y0, y1, y2, y3);
+                } else {
+                    ldsm_x4(a1s + off, x0, x1, x2, x3);
+                    ldsm_x4(a2s + off, y0, y1, y2, y3);
+                }
+            }
+            const u32 boff = BT ? (u32)((ks * 16 * ldb + nt * 8) * 2)
+                                : (u32)((nt * 8 * ldb + ks * 16) * 2);
+            u32 b0, b1, b2, b3;
+            if constexpr (BT) ldsm_x4_t(b0s + boff, b0, b1, b2, b3);
+            else ldsm_x4(b0s + boff, b0, b1, b2, b3);
+            mma16816(acc1[i], x0, x1, x2, x3, b0, b1);
+            mma16816(acc1[i + 1], x0, x1, x2, x3, b2, b3);
+            mma16816(acc2[i], y0, y1, y2, y3, b0, b1);
+            mma16816(acc2[i + 1], y0, y1, y2, y3, b2, b3);
         }
     }
 }
@@ -559,9 +616,14 @@ __device__ __forceinline__ void publish_ready(const Params& p, int it) {
 // PAIR_SLOT; PAIR_NEXT, threads 64-127 load head hv + 1's raw β, gate into the other slot;
 // PAIR_DEFER, the end does not wait for the bulk copies' reads, PAIR_WAITPREV, step 2 does
 // (before A and P are stored over the previous head's copy sources).
-template <bool KDA, bool DIRECT = false, bool TONLY = false, bool FT = false>
+// (FT: `early` runs once the diagonal blocks of T are solved, before the merges: the fused T-form
+// issues its first state tile's loads there, so their latency overlaps the rest of the stage)
+struct NoEarly {
+    __device__ __forceinline__ void operator()() const {}
+};
+template <bool KDA, bool DIRECT = false, bool TONLY = false, bool FT = false, typename EarlyF = NoEarly>
 __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, char* wdst = nullptr,
-                            int publish = -1, int pair = 0) {
+                            int publish = -1, int pair = 0, const EarlyF& early = EarlyF()) {
     typedef Lay<KDA, DIRECT> LY;
     static_assert(!TONLY || (DIRECT && !KDA), "the T-form is gdn's small-bh intra");
     static_assert(!FT || TONLY, "the fused T-form runs the T-form intra stage");
@@ -765,8 +827,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         zero_acc(akk);
         zero_acc(aqk);
         if constexpr (!(PROBE & 32)) {
-            mma_tiles<CH, CH, KD, NTH / 32>(akk, Ks, KP, Ks, KP, warp, lane);
-            mma_tiles<CH, CH, KD, NTH / 32>(aqk, Qs, KP, Ks, KP, warp, lane);
+            mma_tiles2<CH, CH, KD, NTH / 32>(akk, aqk, Ks, Qs, KP, Ks, KP, warp, lane);
         }
         // (PAIR_WAITPREV: the previous head's bulk copies read A's and P's slots; their wait,
         // left out at its end, is here, after this head's products)
@@ -1109,6 +1170,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     }
     __syncthreads();
     TLM(4);
+    if constexpr (FT) early();
 #if !(PROBE & 512)
     // Off-diagonal blocks by doubling, on tensor cores: inv([[A, 0], [C, D]]) = [[A⁻¹, 0],
     // [-D⁻¹ C A⁻¹, D⁻¹]], first for the 16-row pairs (blocks (1,0), (3,2)), then for the 32-row
@@ -1380,8 +1442,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         float acc[TW::PER][4];
         zero_acc(acc);
         if constexpr (!(PROBE & 64)) {
-            mma_tiles<CH, KD, CH, NTH / 32, false, true>(acc, Tbh, CP, Xs, KP, warp, lane);
-            mma_tiles<CH, KD, CH, NTH / 32, false, true>(acc, Tbl, CP, Xs, KP, warp, lane);
+            mma_tiles2<CH, KD, CH, NTH / 32, false, true>(acc, acc, Tbh, Tbl, CP, Xs, KP, warp, lane);
         }
 #pragma unroll
         for (int i = 0; i < TW::PER; ++i) {
@@ -1396,8 +1457,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         float acc[TU::PER][4];
         zero_acc(acc);
         if constexpr (!(PROBE & 64)) {
-            mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbh, CP, Vb, VP, warp, lane);
-            mma_tiles<CH, VD, CH, NTH / 32, false, true>(acc, Tbl, CP, Vb, VP, warp, lane);
+            mma_tiles2<CH, VD, CH, NTH / 32, false, true>(acc, acc, Tbh, Tbl, CP, Vb, VP, warp, lane);
         }
         if constexpr (DIRECT) {
             // W and e^Γlast are final: they leave now (and the staging area, X and V, is free)
@@ -1811,6 +1871,23 @@ struct FtItem {
 // One item of the fused T-form: sequence n, value head hv. (Running the value heads of a GVA
 // group in one CTA, q and k loaded once a chunk as the small-bh intra kernel does, measured
 // slower here: s16a, 256x64 0.936 against 0.899 ms; not kept.)
+// PIPE (`{op}_prefill_fusedtq`, the host's MODE_FT_PIPE): the first V tile's S0 and V rows are
+// loaded during the intra stage (after T's diagonal blocks, intra_chunk's `early`), so their
+// latency overlaps the merges and T'. The V rows are held as raw 16-bit words where the input type
+// is the mma type (no conversion, so nothing waits on them early); f32 inputs load them as before.
+// (Loading the next tile's S0 under this tile's o product as well spilled 48-164 bytes: the
+// spill stores of loaded registers wait for the loads; s17a, 256x64 0.895 against 0.880 ms.)
+// (diagnosis, PROBE: 32768 PIPE without the early loads; 65536 PIPE with V loaded and converted
+// as without PIPE)
+// (the first reference if B, else the second; both of the caller's type)
+template <bool B, typename X, typename Y>
+__device__ __forceinline__ auto& pick(X& x, Y& y) {
+    if constexpr (B) return x;
+    else return y;
+}
+#define FT_VRAW ((PROBE & 65536) == 0)
+#define FT_NOEARLY ((PROBE & 32768) != 0)
+template <bool PIPE>
 __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
     typedef Lay<false, true> LY;
     typedef FTLay F;
@@ -1853,6 +1930,9 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
     u16* XV = (u16*)(sm + F::XV);
     u16* Vh = XV;
     const int nch = (len + CH - 1) / CH;
+    constexpr int VE = 64 * VT / NTH / 4;  // groups of 4 V elements a thread
+    constexpr int NVT = VD / VT;           // V tiles
+    const bool vraw = PIPE && FT_VRAW && p.qkv_dt == (MMA_F16 ? DT_F16 : DT_BF16);
 #if PROBE & 256
     long long ftl[5] = {0, 0, 0, 0, 0};
 #endif
@@ -1863,6 +1943,26 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
 #pragma unroll 1
     for (int c = 0; c < nch; ++c) {
         {
+            // S0 of V tile v0 in the accumulator layout: the initial state, then the final-state
+            // row (f32, written by this thread for the previous chunk); PIPE's raw V rows (rows
+            // past L re-read row L - 1: T_u's columns there are zero)
+            auto ld_s0 = [&](float (&s)[TS::PER][4], int v0) {
+                if (c == 0)
+                    ft_ld_s<VT, NW>(p, s, p.state_in, p.s_in_dt, itm->row0 < 0 ? (i64)-1 : itm->row0 * p.HV + itm->hv, v0);
+                else
+                    ft_ld_s<VT, NW>(p, s, p.state_out, DT_F32, fslot_of(), v0);
+            };
+            auto ld_vw = [&](uint2 (&w)[VE], int v0) {
+                if (!vraw) return;
+                const int t0 = t0_of(c), L = l_of(c), hv = itm->hv;
+#pragma unroll
+                for (int e = 0; e < VE; ++e) {
+                    const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
+                    w[e] = *(const uint2*)((const u16*)p.v + ((i64)(t0 + imin(t, L - 1)) * p.HV + hv) * VD + v0 + cc);
+                }
+            };
+            float s0p[PIPE ? TS::PER : 1][4];  // (PIPE: S0 of the tile to come, carried across tiles)
+            uint2 vw[VE];
             {
                 const int t0 = t0_of(c), L = l_of(c);
                 if (!(p.mode & MODE_FT_NO_PF))
@@ -1872,8 +1972,22 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
             long long q0 = clock64();
 #endif
 #if !(PROBE & 8192)
-            intra_chunk<false, true, true, true>(p, sm, t0_of(c), l_of(c), itm->hv);  // (ends with a barrier)
+            if constexpr (PIPE) {
+                auto early = [&]() {
+                    if (!FT_NOEARLY) {
+                        ld_s0(s0p, 0);
+                        ld_vw(vw, 0);
+                    }
+                };
+                intra_chunk<false, true, true, true>(p, sm, t0_of(c), l_of(c), itm->hv, nullptr, -1, 0, early);
+            } else {
+                intra_chunk<false, true, true, true>(p, sm, t0_of(c), l_of(c), itm->hv);  // (ends with a barrier)
+            }
 #else
+            if constexpr (PIPE) {
+                ld_s0(s0p, 0);
+                ld_vw(vw, 0);
+            }
             __syncthreads();
 #endif
 #if PROBE & 256
@@ -1895,38 +2009,48 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
             continue;
 #endif
 #pragma unroll 1
-            for (int v0 = 0; v0 < VD; v0 += VT) {
-                // S0 once, in the accumulator layout: Sb from it, kept for step 4. The V tile's
-                // rows go to XV (rows past L re-read row L - 1: T_u's columns there are zero).
-                // The state before the chunk: the initial state, then the final-state row (f32).
-                float s0[TS::PER][4];
-                if (c == 0)
-                    ft_ld_s<VT, NW>(p, s0, p.state_in, p.s_in_dt, itm->row0 < 0 ? (i64)-1 : itm->row0 * p.HV + itm->hv, v0);
-                else
-                    ft_ld_s<VT, NW>(p, s0, p.state_out, DT_F32, fslot_of(), v0);
-                with_dt(p.qkv_dt, [&](auto D) {
-                    const int t0 = t0_of(c), L = l_of(c), hv = itm->hv;
-                    constexpr int DT = decltype(D)::value;
-                    constexpr int VE = 64 * VT / NTH / 4;  // groups of 4 a thread
-                    float vr[VE][4];
-#pragma unroll
-                    for (int e = 0; e < VE; ++e) {
-                        const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
-                        ldv<DT, 4>(p.v, ((i64)(t0 + imin(t, L - 1)) * p.HV + hv) * VD + v0 + cc, vr[e]);
-                    }
+            for (int vt = 0; vt < NVT; ++vt) {
+                const int v0 = vt * VT;
+                // Sb from S0 (kept for step 4); the V tile's rows to XV.
+                float s0l[PIPE ? 1 : TS::PER][4];
+                float (&s0)[TS::PER][4] = pick<PIPE>(s0p, s0l);
+                if (!PIPE || vt > 0 || FT_NOEARLY) {
+                    ld_s0(s0, v0);
+                    ld_vw(vw, v0);
+                }
+                if (vraw) {
                     write_sb<VT, NW>(s0, Sb);
 #pragma unroll
                     for (int e = 0; e < VE; ++e) {
                         const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
-                        *(uint2*)(Vh + t * VTP + cc) =
-                            make_uint2(pack_mma(vr[e][0], vr[e][1]), pack_mma(vr[e][2], vr[e][3]));
+                        *(uint2*)(Vh + t * VTP + cc) = vw[e];
                     }
-                });
+                } else {
+                    with_dt(p.qkv_dt, [&](auto D) {
+                        const int t0 = t0_of(c), L = l_of(c), hv = itm->hv;
+                        constexpr int DT = decltype(D)::value;
+                        float vr[VE][4];
+#pragma unroll
+                        for (int e = 0; e < VE; ++e) {
+                            const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
+                            ldv<DT, 4>(p.v, ((i64)(t0 + imin(t, L - 1)) * p.HV + hv) * VD + v0 + cc, vr[e]);
+                        }
+                        write_sb<VT, NW>(s0, Sb);
+#pragma unroll
+                        for (int e = 0; e < VE; ++e) {
+                            const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
+                            *(uint2*)(Vh + t * VTP + cc) =
+                                make_uint2(pack_mma(vr[e][0], vr[e][1]), pack_mma(vr[e][2], vr[e][3]));
+                        }
+                    });
+                }
                 __syncthreads();
                 FTL(1);
                 float acc[TO::PER][4], accO[TO::PER][4];
                 zero_acc(acc);
                 zero_acc(accO);
+                // (two products: with B shared (mma_tiles2) the fused T-form spilled 28 bytes, and
+                // measured 0.888 against 0.873 ms at 256x64, s17b)
                 mma_tiles<CH, VT, KD, NW, false, true>(acc, Ks, KP, Sb, VTP, warp, lane);
                 mma_tiles<CH, VT, KD, NW, false, true>(accO, Qs, KP, Sb, VTP, warp, lane);
                 __syncthreads();  // (Sb is dead: -X goes over it)
@@ -1941,8 +2065,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                 __syncthreads();
                 FTL(2);
                 zero_acc(acc);
-                mma_tiles<CH, VT, CH, NW, false, true>(acc, Tuh, CP, Vh, VTP, warp, lane);
-                mma_tiles<CH, VT, CH, NW, false, true>(acc, Tul, CP, Vh, VTP, warp, lane);
+                mma_tiles2<CH, VT, CH, NW, false, true>(acc, acc, Tuh, Tul, CP, Vh, VTP, warp, lane);
                 mma_tiles<CH, VT, CH, NW, false, true>(acc, Tw, CP, Xn, VTP, warp, lane);
                 __syncthreads();  // (X and the V tile are dead)
 #pragma unroll
@@ -1960,16 +2083,18 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                 mma_tiles<CH, VT, CH, NW, false, true>(accO, Pm, CP, XV, VTP, warp, lane);
                 store_o_rows<VT, NW>(p, accO, t0_of(c), l_of(c), itm->hv, v0, warp, lane);
                 // (S = e^Γlast S0 + Kᵀ Vs, accumulated onto the scaled S0 in place)
-                float (&accS)[TS::PER][4] = s0;
-                const float gl = fac[2 * CH];
+                {
+                    float (&accS)[TS::PER][4] = s0;
+                    const float gl = fac[2 * CH];
 #pragma unroll
-                for (int i = 0; i < TS::PER; ++i)
+                    for (int i = 0; i < TS::PER; ++i)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) accS[i][e] *= gl;
-                mma_tiles<KD, VT, CH, NW, true, true>(accS, Ks, KP, Vs, VTP, warp, lane);
-                if (l_of(c) == CH) maybe_checkpoint<VT, NW>(p, accS, itm->n, itm->hv, (i64)(c + 1) * CH, v0);
-                const i64 fslot = fslot_of();
-                if (fslot >= 0) ft_st_s<VT, NW>(p, accS, p.state_out, c + 1 == nch ? p.s_out_dt : DT_F32, fslot, v0);
+                        for (int e = 0; e < 4; ++e) accS[i][e] *= gl;
+                    mma_tiles<KD, VT, CH, NW, true, true>(accS, Ks, KP, Vs, VTP, warp, lane);
+                    if (l_of(c) == CH) maybe_checkpoint<VT, NW>(p, accS, itm->n, itm->hv, (i64)(c + 1) * CH, v0);
+                    const i64 fslot = fslot_of();
+                    if (fslot >= 0) ft_st_s<VT, NW>(p, accS, p.state_out, c + 1 == nch ? p.s_out_dt : DT_F32, fslot, v0);
+                }
                 __syncthreads();  // (Sb, Vs and XV are rewritten by the next tile or chunk)
                 FTL(4);
             }
@@ -1988,7 +2113,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
 // counter goes through shared memory, FtItem::it: registers are short). Two entry points, so
 // that each inlines the item once. PROBE 256: the entry and exit times of the CTAs on SM 0 (TLS
 // lines: global timer ns and clock64 cycles, so the host sees the gaps and the clock rate).
-template <bool PERSIST>
+template <bool PERSIST, bool PIPE = false>
 __device__ void fused_t(const Params& p) {
     extern __shared__ __align__(16) char sm[];
 #if PROBE & 256
@@ -1996,7 +2121,7 @@ __device__ void fused_t(const Params& p) {
     const u64 g0 = gtimer();
 #endif
     if constexpr (!PERSIST) {
-        fused_t_item(p, sm, blockIdx.y * p.HV + blockIdx.x, blockIdx.y, blockIdx.x);
+        fused_t_item<PIPE>(p, sm, blockIdx.y * p.HV + blockIdx.x, blockIdx.y, blockIdx.x);
     } else {
         const FtItem* itm = (const FtItem*)(sm + Lay<false, true>::STASH + 6 * 64 * 4);
         const int items = p.HV * p.N;
@@ -2004,7 +2129,7 @@ __device__ void fused_t(const Params& p) {
         for (int it = blockIdx.x; it < items; it = itm->it + gridDim.x) {
             const int nx = it + gridDim.x;
             if (nx < items) ft_prefetch_item(p, nx / p.HV, nx % p.HV);
-            fused_t_item(p, sm, it, it / p.HV, it % p.HV);
+            fused_t_item<false>(p, sm, it, it / p.HV, it % p.HV);
         }
     }
 #if PROBE & 256
@@ -2823,6 +2948,28 @@ __device__ __forceinline__ void wgt_prefetch_next(const Params& p, int lane) {
     for (int r = lane; r < L; r += 32)
         prefetch_l2((const char*)p.v + ((bos + r) * p.HV + y) * VD * es + x * 64 * es, (u32)(64 * es));
 }
+// MODE_STATE_H0PF: the initial state of the CTA about one SM count later in launch order (see
+// wgt_prefetch_next) to L2, by the fetch thread a few chunks before this CTA's end (session 17:
+// the state CTAs' first chunk waited on their h0 loads from DRAM, ~6 % of the pass's samples).
+__device__ __forceinline__ void wgt_prefetch_h0_next(const Params& p) {
+    const int gx = gridDim.x, gy = gridDim.y;
+    const int nx = (int)(blockIdx.x + gx * (blockIdx.y + gy * blockIdx.z) + n_smid());
+    const int x = nx % gx, y = (nx / gx) % gy, zi = nx / (gx * gy);
+    if (zi >= (int)gridDim.z || p.state_in == nullptr) return;
+    const int z = wgt_seq(p, zi);
+    const i64 row = initial_row(p, z);
+    if (row < 0) return;
+    const int ss = p.s_in_dt == DT_F32 ? 4 : 2;
+    // (this V tile's columns: a contiguous half of the state in the vk layout, the whole state
+    // otherwise, its rows interleaved with the other tile's)
+    const char* a = (const char*)p.state_in + (row * p.HV + y) * KD * VD * ss;
+    if (p.layout == LAYOUT_KV) {
+        if (((unsigned long long)a & 15) == 0 && x == 0) prefetch_l2(a, (u32)(KD * VD * ss));
+    } else {
+        a += (i64)x * 64 * KD * ss;
+        if (((unsigned long long)a & 15) == 0) prefetch_l2(a, (u32)(64 * KD * ss));
+    }
+}
 __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
     extern __shared__ __align__(16) char smraw[];
     char* sm = smraw + ((1024u - (smem_addr(smraw) & 1023u)) & 1023u);
@@ -2862,6 +3009,7 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
                 }
                 tma_load_3d(st + GTLay::TW, tm.t, 0, 0, blk, bar);
                 bulk_g2s(st + GTLay::FAC, (const char*)p.work + (i64)blk * WLay::BLOCK + TLay::FAC, TLay::FACB, bar);
+                if (c == imax(0, nch - 6) && (p.mode & MODE_STATE_H0PF) && !p.sync) wgt_prefetch_h0_next(p);
             }
         }
         // (overlapped pair: this grid completes after the intra grid. After the whole warp is

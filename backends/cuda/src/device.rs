@@ -148,7 +148,9 @@ pub fn load(
         if name.ends_with("_statewg") && loaded.sizes[9] == 0 {
             continue; // (not compiled for this arch or these head dims)
         }
-        let fused_t = name.ends_with("_fusedt") || name.ends_with("_fusedtp");
+        let fused_t = ["_fusedt", "_fusedtp", "_fusedtq"]
+            .iter()
+            .any(|s| name.ends_with(s));
         if fused_t && loaded.sizes[13] == 0 {
             continue; // (the fused T-form: gdn with K, V >= 64)
         }

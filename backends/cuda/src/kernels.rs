@@ -86,6 +86,7 @@ impl Module {
                 "gdn_prefill_fused",
                 "gdn_prefill_fusedt",
                 "gdn_prefill_fusedtp",
+                "gdn_prefill_fusedtq",
                 "gdn_prefill_intra",
                 "gdn_prefill_state",
                 "gdn_prefill_state16",

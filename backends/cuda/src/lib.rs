@@ -108,10 +108,16 @@ impl Modes {
     /// The T-form intra kernel without the overlap stores T_w, T_u and the factors from the
     /// threads instead of bulk copies.
     pub const INTRA_ST: i32 = 2048;
-    const ALL: i32 = 1 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512 | 1024 | 2048;
+    /// The fused T-form issues its state tiles' loads ahead of their use (`_fusedtq`).
+    pub const FT_PIPE: i32 = 4096;
+    /// The T-form state pass without the overlap prefetches a later CTA's initial state to L2.
+    pub const STATE_H0PF: i32 = 8192;
+    const ALL: i32 = 1 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512 | 1024 | 2048 | 4096 | 8192;
     /// What production runs: the intra pairing, the dependent launch and the deferred copy wait
-    /// (session 16, gdn 16/32 16x1024 on the H200: 0.569 -> 0.522 ms; bench/NOTES.md).
-    pub const DEFAULT: Modes = Modes(Self::INTRA_PAIR | Self::PDL | Self::INTRA_DEFER);
+    /// (session 16, gdn 16/32 16x1024 on the H200: 0.569 -> 0.522 ms), the fused T-form's early
+    /// first-tile loads (session 17, 256x64: 0.878 -> 0.866 ms; bench/NOTES.md).
+    pub const DEFAULT: Modes =
+        Modes(Self::INTRA_PAIR | Self::PDL | Self::INTRA_DEFER | Self::FT_PIPE);
 
     /// `DELTARULE_CUDA_MODE` (a number of the bits above), or the default.
     pub fn from_env() -> Result<Modes> {
@@ -128,7 +134,7 @@ impl Modes {
             _ => Err(Error::invalid(
                 "DELTARULE_CUDA_MODE",
                 format!(
-                    "a decimal number made of the bits {} (1, 4, .., 2048)",
+                    "a decimal number made of the bits {} (1, 4, .., 8192)",
                     Self::ALL
                 ),
                 s,
@@ -146,6 +152,18 @@ impl Modes {
             p.group()
         } else {
             1
+        }
+    }
+
+    /// The fused T-form's entry point (after `{op}_prefill_`): persistent CTAs win over the
+    /// pipelined tile loads, which the persistent form does not have.
+    pub fn fused_t_entry(self) -> &'static str {
+        if self.has(Self::FT_PERSIST) {
+            "fusedtp"
+        } else if self.has(Self::FT_PIPE) {
+            "fusedtq"
+        } else {
+            "fusedt"
         }
     }
 
@@ -459,12 +477,7 @@ impl CudaBackend {
                 let ft = main.sizes[13] > 0 && fused_t_applies(p) && !self.fused_classic;
                 let (name, smem, grid) = if ft {
                     let grid = self.modes.fused_t_grid(p, sms);
-                    let persist = if self.modes.has(Modes::FT_PERSIST) {
-                        "p"
-                    } else {
-                        ""
-                    };
-                    let name = format!("{prefix}_prefill_fusedt{persist}");
+                    let name = format!("{prefix}_prefill_{}", self.modes.fused_t_entry());
                     (name, main.sizes[13] as u32, grid)
                 } else {
                     (
@@ -1449,7 +1462,18 @@ mod tests {
         );
         assert_eq!(Modes::parse(" 129 ").ok(), Some(Modes(129)));
         assert_eq!(Modes::parse("0").ok(), Some(Modes(0)));
-        for bad in ["2", "4096", "-1", "pair", ""] {
+        assert_eq!(
+            d.fused_t_entry(),
+            "fusedtq",
+            "the default loads the first tile early"
+        );
+        assert_eq!(Modes(0).fused_t_entry(), "fusedt");
+        assert_eq!(Modes(Modes::FT_PIPE).fused_t_entry(), "fusedtq");
+        assert_eq!(
+            Modes(Modes::FT_PIPE | Modes::FT_PERSIST).fused_t_entry(),
+            "fusedtp"
+        );
+        for bad in ["2", "16384", "-1", "pair", ""] {
             let e = Modes::parse(bad)
                 .err()
                 .map(|e| e.to_string())
