@@ -6,6 +6,8 @@
 # golden diffs (cuda, cuda:chunked, cuda:small-bh, T-form forced), conformance through auto,
 # memcheck of the new fused T-form entry, the anchors through auto, the device-test subsets that
 # run the changed kernels, fla 0.6.0 on the same shapes (gdn first, kda last; time-boxed), table.
+# (In the call that ran, the interim print of our rows after the anchors was a python -c one-liner
+# with a quoting error; mended after the call, the final table was unaffected.)
 # Carry: .dev/pack (bash bench/pack_s15.sh) .whl
 set -uo pipefail
 source bench/h200_env.sh
@@ -29,10 +31,13 @@ echo "== ours at ${SECONDS}s"
 timeout 60 $B bench --backend cuda --shape gdn-16/32-1x8192 --iters 5 > /dev/null 2>&1
 timeout 100 $B bench --backend cuda --shape anchors --iters 30 --json > "$OUT/ours.jsonl" 2> "$OUT/ours.err"
 echo "ours rc=$?"
-python3 -c 'import json,sys
+python3 - "$OUT/ours.jsonl" <<'PY'
+import json, sys
 for l in open(sys.argv[1]):
     if l.startswith("{"):
-        o = json.loads(l); print(f"{o[\"shape\"]:<24} {o[\"rule\"]:<28} {o[\"gpu_ms_median\"]:.4f} ms  host {o[\"host_us_median\"]:.1f} us")' "$OUT/ours.jsonl"
+        o = json.loads(l)
+        print(f"{o['shape']:<24} {o['rule']:<28} {o['gpu_ms_median']:.4f} ms  host {o['host_us_median']:.1f} us")
+PY
 echo "== device tests at ${SECONDS}s"
 timeout 60 .dev/bin/cuda_device --test-threads=1 --nocapture chunked_ > "$OUT/dev_c.log" 2>&1
 echo "cuda_device chunked_ rc=$?"; grep -E "test result|panicked|sequences on" "$OUT/dev_c.log" | head -6
