@@ -95,8 +95,8 @@ struct Params {
 // factors to the workspace from the threads (coalesced rows) instead of bulk copies from shared
 // memory (P keeps its bulk copy).
 #define MODE_INTRA_ST 2048
-// MODE_FT_PIPE (host only): the fused T-form's entry point `{op}_prefill_fusedtq`, whose state
-// tiles' loads are issued ahead of their use (prefill.cuh, fused_t_item's PIPE).
+// MODE_FT_PIPE (host only): the fused T-form's entry point `{op}_prefill_fusedtq`, which loads
+// its first state tile during the intra stage (prefill.cuh, fused_t_item's PIPE).
 #define MODE_FT_PIPE 4096
 // MODE_STATE_H0PF: the T-form state pass without the overlap prefetches the initial state of a
 // later CTA to L2 (smallbh_state_wgt, wgt_prefetch_h0_next).

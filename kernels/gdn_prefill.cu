@@ -80,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_fusedtp(const P
     fused_t<true>(p);
 }
 
-// The same with the state tiles' loads issued ahead of their use (MODE_FT_PIPE; fused_t_item's PIPE).
+// The same with the first state tile loaded during the intra stage (MODE_FT_PIPE; fused_t_item's PIPE).
 extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_fusedtq(const Params p) {
     fused_t<false, true>(p);
 }

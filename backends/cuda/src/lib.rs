@@ -108,7 +108,7 @@ impl Modes {
     /// The T-form intra kernel without the overlap stores T_w, T_u and the factors from the
     /// threads instead of bulk copies.
     pub const INTRA_ST: i32 = 2048;
-    /// The fused T-form issues its state tiles' loads ahead of their use (`_fusedtq`).
+    /// The fused T-form loads its first state tile during the intra stage (`_fusedtq`).
     pub const FT_PIPE: i32 = 4096;
     /// The T-form state pass without the overlap prefetches a later CTA's initial state to L2.
     pub const STATE_H0PF: i32 = 8192;
