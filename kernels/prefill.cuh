@@ -359,6 +359,59 @@ __device__ __forceinline__ void zero_acc(float (&acc)[P][4]) {
     for (int i = 0; i < P; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 }
 
+// Quadrant products (the fused T-form's QUAD form): a group of four warps computes a 64 x 64
+// product, warp w of the group (quad = w % 4) the 32 x 32 quadrant (rows 32 (quad / 2), columns
+// 32 (quad % 2)) as 8 tiles of 16 x 8 (tile i: row tile i / 4, column tile i % 4). Per k step a
+// warp loads 2 A and 2 B fragments (ldmatrix.x4) for 8 mma, against 3 for 4 in the 16 x 32 warp
+// tiles of Tiles<64, 64, 8> (session 17: the fused T-form waits on shared-memory loads).
+// Row and column of accumulator element 0 of quadrant tile i (elements as in tile_rc).
+__device__ __forceinline__ void quad_rc(int quad, int lane, int i, int& r, int& c) {
+    r = 32 * (quad >> 1) + 16 * (i >> 2) + (lane >> 2);
+    c = 32 * (quad & 1) + 8 * (i & 3) + 2 * (lane & 3);
+}
+// acc += A1 x B (+ A2 x B where A2 is given, each B fragment loaded once): A row-major [64][KK]
+// (stride lda), B stored [KK][64] (stride ldb, ldmatrix.trans); strides as in mma_tiles.
+template <int KK, bool TWO = false>
+__device__ __forceinline__ void mma_quad(float (&acc)[8][4], const u16* A1, const u16* A2, int lda, const u16* B,
+                                         int ldb, int quad, int lane) {
+    static_assert(KK % 16 == 0, "k steps");
+    const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
+    const int r0 = 32 * (quad >> 1), c0 = 32 * (quad & 1);
+    const u32 a_lane = (u32)(((r0 + l7 + 8 * l8) * lda + 8 * l16) * 2);
+    const u32 b_lane = (u32)(((l7 + 8 * l8) * ldb + c0 + 8 * l16) * 2);
+    const u32 a1s = smem_addr(A1) + a_lane, b0s = smem_addr(B) + b_lane;
+    const u32 a2s = TWO ? smem_addr(A2) + a_lane : 0u;
+#pragma unroll
+    for (int ks = 0; ks < KK / 16; ++ks) {
+        u32 a[2][4], b[2][4];
+#pragma unroll
+        for (int rt = 0; rt < 2; ++rt)
+            ldsm_x4(a1s + (u32)((16 * rt * lda + 16 * ks) * 2), a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
+#pragma unroll
+        for (int np = 0; np < 2; ++np)
+            ldsm_x4_t(b0s + (u32)((16 * ks * ldb + 16 * np) * 2), b[np][0], b[np][1], b[np][2], b[np][3]);
+#pragma unroll
+        for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+            for (int np = 0; np < 2; ++np) {
+                mma16816(acc[4 * rt + 2 * np], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][0], b[np][1]);
+                mma16816(acc[4 * rt + 2 * np + 1], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][2], b[np][3]);
+            }
+        if constexpr (TWO) {
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt)
+                ldsm_x4(a2s + (u32)((16 * rt * lda + 16 * ks) * 2), a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+                for (int np = 0; np < 2; ++np) {
+                    mma16816(acc[4 * rt + 2 * np], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][0], b[np][1]);
+                    mma16816(acc[4 * rt + 2 * np + 1], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][2], b[np][3]);
+                }
+        }
+    }
+}
+
 __host__ __device__ constexpr int align16(int x) { return (x + 15) / 16 * 16; }
 __host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
@@ -1887,7 +1940,12 @@ __device__ __forceinline__ auto& pick(X& x, Y& y) {
 }
 #define FT_VRAW ((PROBE & 65536) == 0)
 #define FT_NOEARLY ((PROBE & 32768) != 0)
-template <bool PIPE>
+// QUAD (`{op}_prefill_fusedtr`, MODE_FT_QUAD, with PIPE): the state products in quadrants
+// (mma_quad): warps 0-3 compute X = K·S0, warps 4-7 Q·S0 (kept as o's accumulator); warps 0-3
+// then V_new alone, warps 4-7 o = FQ ⊙ Q·S0 + P V_new alone; the S update as before over all
+// eight. Each product's operands are read from shared memory in 32 x 32 warp tiles: ~30 % fewer
+// shared-memory bytes a V tile than the 16 x 32 tiles of eight warps.
+template <bool PIPE, bool QUAD = false>
 __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
     typedef Lay<false, true> LY;
     typedef FTLay F;
@@ -2046,6 +2104,66 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                 }
                 __syncthreads();
                 FTL(1);
+                if constexpr (QUAD) {
+                    const bool kg = warp < 4;  // (warp-uniform)
+                    const int quad = warp & 3;
+                    float acc[8][4];
+                    zero_acc(acc);
+                    mma_quad<KD>(acc, kg ? Ks : Qs, nullptr, KP, Sb, VTP, quad, lane);
+                    __syncthreads();  // (Sb is dead: -X goes over it)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        int r, cc;
+                        quad_rc(quad, lane, i, r, cc);
+                        if (kg) {
+                            *(u32*)(Xn + r * VTP + cc) = pack_mma(-acc[i][0], -acc[i][1]);
+                            *(u32*)(Xn + (r + 8) * VTP + cc) = pack_mma(-acc[i][2], -acc[i][3]);
+                        } else {
+                            const float f0 = fac[r], f1 = fac[r + 8];
+                            acc[i][0] *= f0;
+                            acc[i][1] *= f0;
+                            acc[i][2] *= f1;
+                            acc[i][3] *= f1;
+                        }
+                    }
+                    __syncthreads();
+                    FTL(2);
+                    if (kg) {
+                        zero_acc(acc);
+                        mma_quad<CH, true>(acc, Tuh, Tul, CP, Vh, VTP, quad, lane);
+                        mma_quad<CH>(acc, Tw, nullptr, CP, Xn, VTP, quad, lane);
+                    }
+                    __syncthreads();  // (X and the V tile are dead)
+                    if (kg) {
+#pragma unroll
+                        for (int i = 0; i < 8; ++i) {
+                            int r, cc;
+                            quad_rc(quad, lane, i, r, cc);
+                            const float k0 = fac[CH + r], k1 = fac[CH + r + 8];
+                            *(u32*)(XV + r * VTP + cc) = pack_mma(acc[i][0], acc[i][1]);
+                            *(u32*)(XV + (r + 8) * VTP + cc) = pack_mma(acc[i][2], acc[i][3]);
+                            *(u32*)(Vs + r * VTP + cc) = pack_mma(k0 * acc[i][0], k0 * acc[i][1]);
+                            *(u32*)(Vs + (r + 8) * VTP + cc) = pack_mma(k1 * acc[i][2], k1 * acc[i][3]);
+                        }
+                    }
+                    __syncthreads();
+                    FTL(3);
+                    if (!kg) {
+                        mma_quad<CH>(acc, Pm, nullptr, CP, XV, VTP, quad, lane);
+                        const int t0 = t0_of(c), L = l_of(c), hv = itm->hv;
+                        with_dt(p.out_dt, [&](auto D) {
+                            constexpr int DT = decltype(D)::value;
+#pragma unroll
+                            for (int i = 0; i < 8; ++i) {
+                                int r, cc;
+                                quad_rc(quad, lane, i, r, cc);
+                                const i64 o0 = ((i64)(t0 + r) * p.HV + hv) * VD + v0 + cc;
+                                if (r < L) st2<DT>(p.o, o0, acc[i][0], acc[i][1]);
+                                if (r + 8 < L) st2<DT>(p.o, o0 + (i64)8 * p.HV * VD, acc[i][2], acc[i][3]);
+                            }
+                        });
+                    }
+                } else {
                 float acc[TO::PER][4], accO[TO::PER][4];
                 zero_acc(acc);
                 zero_acc(accO);
@@ -2082,6 +2200,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                 FTL(3);
                 mma_tiles<CH, VT, CH, NW, false, true>(accO, Pm, CP, XV, VTP, warp, lane);
                 store_o_rows<VT, NW>(p, accO, t0_of(c), l_of(c), itm->hv, v0, warp, lane);
+                }
                 // (S = e^Γlast S0 + Kᵀ Vs, accumulated onto the scaled S0 in place)
                 {
                     float (&accS)[TS::PER][4] = s0;
@@ -2113,7 +2232,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
 // counter goes through shared memory, FtItem::it: registers are short). Two entry points, so
 // that each inlines the item once. PROBE 256: the entry and exit times of the CTAs on SM 0 (TLS
 // lines: global timer ns and clock64 cycles, so the host sees the gaps and the clock rate).
-template <bool PERSIST, bool PIPE = false>
+template <bool PERSIST, bool PIPE = false, bool QUAD = false>
 __device__ void fused_t(const Params& p) {
     extern __shared__ __align__(16) char sm[];
 #if PROBE & 256
@@ -2121,7 +2240,7 @@ __device__ void fused_t(const Params& p) {
     const u64 g0 = gtimer();
 #endif
     if constexpr (!PERSIST) {
-        fused_t_item<PIPE>(p, sm, blockIdx.y * p.HV + blockIdx.x, blockIdx.y, blockIdx.x);
+        fused_t_item<PIPE, QUAD>(p, sm, blockIdx.y * p.HV + blockIdx.x, blockIdx.y, blockIdx.x);
     } else {
         const FtItem* itm = (const FtItem*)(sm + Lay<false, true>::STASH + 6 * 64 * 4);
         const int items = p.HV * p.N;
@@ -2970,12 +3089,55 @@ __device__ __forceinline__ void wgt_prefetch_h0_next(const Params& p) {
         if (((unsigned long long)a & 15) == 0) prefetch_l2(a, (u32)(64 * KD * ss));
     }
 }
+// PERSIST: the initial state of item `it` (this V tile's part) to L2 (the fetch thread, when it has
+// issued the previous item's last chunk, about NST chunks before the warpgroup needs it).
+__device__ __forceinline__ void wgt_prefetch_h0_item(const Params& p, int it) {
+    if (p.state_in == nullptr) return;
+    const int x = it % (VD / 64), y = (it / (VD / 64)) % p.HV, z = it / ((VD / 64) * p.HV);
+    const int n = (p.mode & MODE_STATE_REV) ? p.N - 1 - z : z;
+    const i64 row = initial_row(p, n);
+    if (row < 0) return;
+    const int ss = p.s_in_dt == DT_F32 ? 4 : 2;
+    const char* a = (const char*)p.state_in + (row * p.HV + y) * KD * VD * ss;
+    if (p.layout == LAYOUT_KV) {
+        // (this tile's columns are interleaved with the other tile's: the whole state, once, by
+        // tile 0's item; the other tile's runs beside it)
+        if (((unsigned long long)a & 15) == 0 && x == 0) prefetch_l2(a, (u32)(KD * VD * ss));
+    } else {
+        a += (i64)x * 64 * KD * ss;
+        if (((unsigned long long)a & 15) == 0) prefetch_l2(a, (u32)(64 * KD * ss));
+    }
+}
+// PERSIST (`gdn_prefill_statewgtp`, MODE_STATE_PERSIST, without the overlap only): grid (P),
+// one CTA an SM walking the items it = blockIdx.x + i P (item it: V tile it % (VD / 64), value
+// head it / (VD / 64) % HV, sequence after that, so the two V tiles of a head run side by side);
+// the stage ring runs on across items (g: chunks of the CTA's earlier items), so the fetch warp
+// loads an item's first chunks while the warpgroup finishes the previous item, and prefetches the
+// next item's initial state to L2 when it issues an item's last chunk. (Session 17: each CTA of
+// the one-item form spent ~4 us outside its chunk chain, its first chunk waiting for h0.)
+template <bool PERSIST>
 __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
     extern __shared__ __align__(16) char smraw[];
     char* sm = smraw + ((1024u - (smem_addr(smraw) & 1023u)) & 1023u);
     constexpr int NST = GTLay::NST, NB = GTLay::NB;
-    WG_CTA_PROLOGUE_N(p, wgt_seq(p, blockIdx.z));
-    const int h = hv / p.group;
+    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31, q = lane & 3;
+    // (items of this CTA: one, from the grid, unless PERSIST)
+    const int items = PERSIST ? (VD / 64) * p.HV * p.N : 1;
+    const int first = PERSIST ? (int)blockIdx.x : 0, step = PERSIST ? (int)gridDim.x : 1;
+    // this item's V tile, head, sequence, its start, length, first chunk-table row and chunks
+    // (len and nch broadcast from lane 0: see WG_CTA_PROLOGUE_N)
+    auto item_of = [&](int it, int& v0, int& hv, int& n) {
+        if constexpr (PERSIST) {
+            v0 = (it % (VD / 64)) * 64;
+            hv = (it / (VD / 64)) % p.HV;
+            const int z = it / ((VD / 64) * p.HV);
+            n = (p.mode & MODE_STATE_REV) ? p.N - 1 - z : z;
+        } else {
+            v0 = blockIdx.x * 64;
+            hv = blockIdx.y;
+            n = wgt_seq(p, blockIdx.z);
+        }
+    };
     u64* bars = (u64*)(sm + GTLay::MB);
     u64* empty = bars + NST;
     wg_bars_init(bars, empty, NST, 128);  // (empty: every warpgroup thread, see finish)
@@ -2983,14 +3145,24 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
         const u64 tstart = p.ov_trace ? gtimer() : 0;
         u64 waited = 0;
         if (lane == 0) {
+            int g = 0;  // (the CTA's chunks before this item)
+            bool pdl_done = false;
+#pragma unroll 1
+            for (int it = first; it < items; it += step) {
+            int v0, hv, n;
+            item_of(it, v0, hv, n);
+            const int h = hv / p.group;
+            const i64 bos = seq_start(p, n);
+            const int r0 = p.chunk_offsets[n], nch = p.chunk_offsets[n + 1] - r0;
             for (int c = 0; c < nch; ++c) {
-                if (c >= NST) {
-                    mbar_wait(empty + c % NST, (c / NST - 1) & 1);
+                const int gc = g + c;
+                if (gc >= NST) {
+                    mbar_wait(empty + gc % NST, (gc / NST - 1) & 1);
                     fence_proxy_async();
                 }
                 const int blk = (r0 + c) * p.HV + hv, tok = (int)bos + c * CH;
-                char* st = sm + (c % NST) * GTLay::STAGE;
-                u64* bar = bars + c % NST;
+                char* st = sm + (gc % NST) * GTLay::STAGE;
+                u64* bar = bars + gc % NST;
                 mbar_arrive_expect(bar, GTLay::TX);
 #pragma unroll
                 for (int b = 0; b < NB; ++b) {
@@ -2999,7 +3171,8 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
                 }
                 tma_load_2d(st + GTLay::V, tm.v, hv * VD + v0, tok, bar);
                 // (MODE_PDL without the overlap: the intra grid's blocks, once, before the first)
-                if (c == 0 && p.sync == nullptr && (p.mode & MODE_PDL)) pdl_wait();
+                if ((PERSIST ? !pdl_done : c == 0) && p.sync == nullptr && (p.mode & MODE_PDL)) pdl_wait();
+                pdl_done = true;
                 if (p.ov_trace) {
                     const u64 w0 = gtimer();
                     wait_ready(p, blk);
@@ -3009,14 +3182,17 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
                 }
                 tma_load_3d(st + GTLay::TW, tm.t, 0, 0, blk, bar);
                 bulk_g2s(st + GTLay::FAC, (const char*)p.work + (i64)blk * WLay::BLOCK + TLay::FAC, TLay::FACB, bar);
-                if (c == imax(0, nch - 6) && (p.mode & MODE_STATE_H0PF) && !p.sync) wgt_prefetch_h0_next(p);
+                if (c == imax(0, nch - 6) && (p.mode & MODE_STATE_H0PF) && !p.sync && !PERSIST) wgt_prefetch_h0_next(p);
+                if (PERSIST && c == nch - 1 && it + step < items) wgt_prefetch_h0_item(p, it + step);
+            }
+            g += nch;
             }
         }
         // (overlapped pair: this grid completes after the intra grid. After the whole warp is
         // here: lanes 1-31 would otherwise run ahead into griddepcontrol.wait, which then holds
         // the warp, lane 0's fetch loop included, until the intra grid ends; measured, session 10)
         __syncwarp();
-        if ((p.mode & MODE_STATE_PF) && !p.sync) wgt_prefetch_next(p, lane);
+        if ((p.mode & MODE_STATE_PF) && !p.sync && !PERSIST) wgt_prefetch_next(p, lane);
         if (p.sync) pdl_wait();
         const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
         if (p.ov_trace && lane == 0 && cta < TRACE_STATE) {
@@ -3028,6 +3204,16 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
         }
         return;
     }
+    int g = 0;  // (the CTA's chunks before this item)
+#pragma unroll 1
+    for (int it = first; it < items; it += step) {
+    int v0, hv, n;
+    item_of(it, v0, hv, n);
+    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
+    const int len = __shfl_sync(0xffffffffu, (int)(eos - bos), 0);
+    const int r0 = p.chunk_offsets[n];
+    const int nch = __shfl_sync(0xffffffffu, p.chunk_offsets[n + 1] - r0, 0);
+    (void)r0;
     const int vw = v0 + 16 * warp;
     float accS[KD / 8][4];
     load_state_r(p, accS, initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, vw);
@@ -3056,7 +3242,7 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
         }
         const int g = lane >> 2;
         const bool bf = p.out_dt == DT_BF16;
-        char* ot = sm + (c % NST) * GTLay::STAGE + GTLay::Q;
+        char* ot = sm + ((g + c) % NST) * GTLay::STAGE + GTLay::Q;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -3081,11 +3267,11 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
             const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
             store_state_r(p, accS, p.checkpoints, p.s_out_dt, slot, vw);
         }
-        mbar_arrive(empty + c % NST);  // the stage may be refilled (thread 0 after its store read it)
+        mbar_arrive(empty + (g + c) % NST);  // the stage may be refilled (thread 0 after its store read it)
     };
     for (int c = 0; c < nch; ++c) {
-        mbar_wait(bars + c % NST, (c / NST) & 1);
-        char* st = sm + (c % NST) * GTLay::STAGE;
+        mbar_wait(bars + (g + c) % NST, ((g + c) / NST) & 1);
+        char* st = sm + ((g + c) % NST) * GTLay::STAGE;
         const u32 sb = smem_addr(st);
         const int L = imin(CH, len - c * CH);
         if (L < CH) {
@@ -3188,6 +3374,8 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
                                    // global writes complete with the grid, as CUTLASS's TMA epilogues rely on)
     const i64 row = final_row(p, n);
     if (row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
+    g += nch;
+    }
 }
 #endif  // HAS_STATE_WG
 

@@ -148,13 +148,13 @@ pub fn load(
         if name.ends_with("_statewg") && loaded.sizes[9] == 0 {
             continue; // (not compiled for this arch or these head dims)
         }
-        let fused_t = ["_fusedt", "_fusedtp", "_fusedtq"]
+        let fused_t = ["_fusedt", "_fusedtp", "_fusedtq", "_fusedtr"]
             .iter()
             .any(|s| name.ends_with(s));
         if fused_t && loaded.sizes[13] == 0 {
             continue; // (the fused T-form: gdn with K, V >= 64)
         }
-        let t_form = ["_statewgt", "_intrat", "_intratov"];
+        let t_form = ["_statewgt", "_statewgtp", "_intrat", "_intratov"];
         if t_form.iter().any(|s| name.ends_with(s)) && loaded.sizes[11] == 0 {
             continue; // (the T-form: gdn, where the wgmma pass is compiled)
         }

@@ -87,6 +87,7 @@ impl Module {
                 "gdn_prefill_fusedt",
                 "gdn_prefill_fusedtp",
                 "gdn_prefill_fusedtq",
+                "gdn_prefill_fusedtr",
                 "gdn_prefill_intra",
                 "gdn_prefill_state",
                 "gdn_prefill_state16",
@@ -95,6 +96,7 @@ impl Module {
                 "gdn_prefill_intrat",
                 "gdn_prefill_intratov",
                 "gdn_prefill_statewgt",
+                "gdn_prefill_statewgtp",
             ],
             Module::KdaPrefill => &[
                 "kda_prefill_fused",

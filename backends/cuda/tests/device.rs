@@ -208,6 +208,79 @@ fn small_bh_gva_long_sequences() {
     }
 }
 
+/// The T-form state pass with more (V tile, value head, sequence) items than SMs, in both of its
+/// grids: one CTA an item, and the persistent CTAs of `Modes::STATE_PERSIST` (one an SM, each
+/// walking ~12 items here, its stage ring running on across them). gdn 16/32, 16-bit inputs, 24
+/// sequences of 0 to 700 tokens (zero-length items pass the state through, partial last chunks,
+/// one-token sequences), a dense initial state, checkpoints every 64 tokens, both state
+/// layouts, through cuda:small-bh against float64. The other grid runs in a child process of
+/// this binary with `DELTARULE_CUDA_MODE` = the default with the persistence bit flipped.
+#[test]
+fn small_bh_many_items_each_state_grid() {
+    use deltarule_core::{FinalState, InitialState, Mode, Op, Problem, StateLayout};
+    use deltarule_tests::{cases, diff, generate};
+    // (a forced state pass: the children of the test above, where this problem takes the T-form
+    // pass anyway)
+    if !present() || std::env::var_os("DELTARULE_CUDA_STATE_BV").is_some() {
+        return;
+    }
+    let lens: Vec<usize> = [64, 0, 700, 1, 64, 129, 300, 37].repeat(3);
+    let modes = std::env::var("DELTARULE_CUDA_MODE").ok();
+    for layout in [StateLayout::Kv, StateLayout::Vk] {
+        let mut p = Problem::new(
+            Op::Gdn,
+            Mode::Prefill,
+            lens.len(),
+            lens.iter().sum(),
+            16,
+            32,
+            128,
+            128,
+        );
+        p.initial = InitialState::Dense;
+        p.final_state = FinalState::Dense;
+        p.checkpoint_every = Some(64);
+        p.layout = layout;
+        let case = generate::generate(&p, &lens, 14, generate::DataStyle::default())
+            .expect("generate the problem");
+        let reference = diff::reference_outputs(&case).expect("the float64 reference");
+        let check = cases::check_case(suite::engine(), "cuda:small-bh", &case, &reference)
+            .unwrap_or_else(|e| panic!("gdn 16/32 many items ({layout:?}, mode {modes:?}): {e}"));
+        println!(
+            "many items on cuda:small-bh ({layout:?}, mode {modes:?}): {:?}",
+            check.errors
+        );
+    }
+    if modes.is_some() {
+        return; // (the child)
+    }
+    let other = deltarule_cuda::Modes::DEFAULT.0 ^ deltarule_cuda::Modes::STATE_PERSIST;
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(&exe)
+        .args([
+            "--exact",
+            "small_bh_many_items_each_state_grid",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DELTARULE_CUDA_MODE", other.to_string())
+        .output()
+        .expect("run the test binary");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text.lines().filter(|l| l.contains("many items on")) {
+        println!("child: {line}");
+    }
+    assert!(
+        out.status.success(),
+        "the other state grid (DELTARULE_CUDA_MODE={other}) failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("many items on"),
+        "the child ran nothing:\n{text}"
+    );
+}
+
 /// `auto` runs the overlapped T-form pair at few (sequence x value head) pairs with long sequences
 /// (gdn 16/32, one sequence of 8192 tokens: 64 state CTAs on 132 SMs); the suite's problems are
 /// too small to reach it through `auto`. One such problem (dense initial state, checkpoints)
