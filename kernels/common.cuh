@@ -101,9 +101,6 @@ struct Params {
 // MODE_STATE_H0PF: the T-form state pass without the overlap prefetches the initial state of a
 // later CTA to L2 (smallbh_state_wgt, wgt_prefetch_h0_next).
 #define MODE_STATE_H0PF 8192
-// MODE_STATE_PERSIST (host only): the T-form state pass without the overlap as persistent CTAs,
-// one an SM (`{op}_prefill_statewgtp`).
-#define MODE_STATE_PERSIST 16384
 // MODE_FT_QUAD (host only): the fused T-form with early loads and its state products in 32 x 32
 // warp quadrants (`{op}_prefill_fusedtr`).
 #define MODE_FT_QUAD 32768

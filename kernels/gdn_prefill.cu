@@ -62,14 +62,7 @@ extern "C" __global__ void __launch_bounds__(NTH, 2) gdn_prefill_intratov(const 
 // threads, shared GTLay::TOTAL; k, q, v rows and the TLay blocks through the tensor maps in `tm`.
 extern "C" __global__ void __launch_bounds__(160, 1) gdn_prefill_statewgt(const Params p,
                                                                           const __grid_constant__ TmapT tm) {
-    smallbh_state_wgt<false>(p, tm);
-}
-
-// The same with persistent CTAs (MODE_STATE_PERSIST, without the overlap): grid (P), one an SM,
-// each walking the (V tile, value head, sequence) items it = blockIdx.x + i P.
-extern "C" __global__ void __launch_bounds__(160, 1) gdn_prefill_statewgtp(const Params p,
-                                                                           const __grid_constant__ TmapT tm) {
-    smallbh_state_wgt<true>(p, tm);
+    smallbh_state_wgt(p, tm);
 }
 #endif
 

@@ -3089,55 +3089,12 @@ __device__ __forceinline__ void wgt_prefetch_h0_next(const Params& p) {
         if (((unsigned long long)a & 15) == 0) prefetch_l2(a, (u32)(64 * KD * ss));
     }
 }
-// PERSIST: the initial state of item `it` (this V tile's part) to L2 (the fetch thread, when it has
-// issued the previous item's last chunk, about NST chunks before the warpgroup needs it).
-__device__ __forceinline__ void wgt_prefetch_h0_item(const Params& p, int it) {
-    if (p.state_in == nullptr) return;
-    const int x = it % (VD / 64), y = (it / (VD / 64)) % p.HV, z = it / ((VD / 64) * p.HV);
-    const int n = (p.mode & MODE_STATE_REV) ? p.N - 1 - z : z;
-    const i64 row = initial_row(p, n);
-    if (row < 0) return;
-    const int ss = p.s_in_dt == DT_F32 ? 4 : 2;
-    const char* a = (const char*)p.state_in + (row * p.HV + y) * KD * VD * ss;
-    if (p.layout == LAYOUT_KV) {
-        // (this tile's columns are interleaved with the other tile's: the whole state, once, by
-        // tile 0's item; the other tile's runs beside it)
-        if (((unsigned long long)a & 15) == 0 && x == 0) prefetch_l2(a, (u32)(KD * VD * ss));
-    } else {
-        a += (i64)x * 64 * KD * ss;
-        if (((unsigned long long)a & 15) == 0) prefetch_l2(a, (u32)(64 * KD * ss));
-    }
-}
-// PERSIST (`gdn_prefill_statewgtp`, MODE_STATE_PERSIST, without the overlap only): grid (P),
-// one CTA an SM walking the items it = blockIdx.x + i P (item it: V tile it % (VD / 64), value
-// head it / (VD / 64) % HV, sequence after that, so the two V tiles of a head run side by side);
-// the stage ring runs on across items (g: chunks of the CTA's earlier items), so the fetch warp
-// loads an item's first chunks while the warpgroup finishes the previous item, and prefetches the
-// next item's initial state to L2 when it issues an item's last chunk. (Session 17: each CTA of
-// the one-item form spent ~4 us outside its chunk chain, its first chunk waiting for h0.)
-template <bool PERSIST>
 __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
     extern __shared__ __align__(16) char smraw[];
     char* sm = smraw + ((1024u - (smem_addr(smraw) & 1023u)) & 1023u);
     constexpr int NST = GTLay::NST, NB = GTLay::NB;
-    const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31, q = lane & 3;
-    // (items of this CTA: one, from the grid, unless PERSIST)
-    const int items = PERSIST ? (VD / 64) * p.HV * p.N : 1;
-    const int first = PERSIST ? (int)blockIdx.x : 0, step = PERSIST ? (int)gridDim.x : 1;
-    // this item's V tile, head, sequence, its start, length, first chunk-table row and chunks
-    // (len and nch broadcast from lane 0: see WG_CTA_PROLOGUE_N)
-    auto item_of = [&](int it, int& v0, int& hv, int& n) {
-        if constexpr (PERSIST) {
-            v0 = (it % (VD / 64)) * 64;
-            hv = (it / (VD / 64)) % p.HV;
-            const int z = it / ((VD / 64) * p.HV);
-            n = (p.mode & MODE_STATE_REV) ? p.N - 1 - z : z;
-        } else {
-            v0 = blockIdx.x * 64;
-            hv = blockIdx.y;
-            n = wgt_seq(p, blockIdx.z);
-        }
-    };
+    WG_CTA_PROLOGUE_N(p, wgt_seq(p, blockIdx.z));
+    const int h = hv / p.group;
     u64* bars = (u64*)(sm + GTLay::MB);
     u64* empty = bars + NST;
     wg_bars_init(bars, empty, NST, 128);  // (empty: every warpgroup thread, see finish)
@@ -3145,24 +3102,14 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
         const u64 tstart = p.ov_trace ? gtimer() : 0;
         u64 waited = 0;
         if (lane == 0) {
-            int g = 0;  // (the CTA's chunks before this item)
-            bool pdl_done = false;
-#pragma unroll 1
-            for (int it = first; it < items; it += step) {
-            int v0, hv, n;
-            item_of(it, v0, hv, n);
-            const int h = hv / p.group;
-            const i64 bos = seq_start(p, n);
-            const int r0 = p.chunk_offsets[n], nch = p.chunk_offsets[n + 1] - r0;
             for (int c = 0; c < nch; ++c) {
-                const int gc = g + c;
-                if (gc >= NST) {
-                    mbar_wait(empty + gc % NST, (gc / NST - 1) & 1);
+                if (c >= NST) {
+                    mbar_wait(empty + c % NST, (c / NST - 1) & 1);
                     fence_proxy_async();
                 }
                 const int blk = (r0 + c) * p.HV + hv, tok = (int)bos + c * CH;
-                char* st = sm + (gc % NST) * GTLay::STAGE;
-                u64* bar = bars + gc % NST;
+                char* st = sm + (c % NST) * GTLay::STAGE;
+                u64* bar = bars + c % NST;
                 mbar_arrive_expect(bar, GTLay::TX);
 #pragma unroll
                 for (int b = 0; b < NB; ++b) {
@@ -3171,8 +3118,7 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
                 }
                 tma_load_2d(st + GTLay::V, tm.v, hv * VD + v0, tok, bar);
                 // (MODE_PDL without the overlap: the intra grid's blocks, once, before the first)
-                if ((PERSIST ? !pdl_done : c == 0) && p.sync == nullptr && (p.mode & MODE_PDL)) pdl_wait();
-                pdl_done = true;
+                if (c == 0 && p.sync == nullptr && (p.mode & MODE_PDL)) pdl_wait();
                 if (p.ov_trace) {
                     const u64 w0 = gtimer();
                     wait_ready(p, blk);
@@ -3182,17 +3128,14 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
                 }
                 tma_load_3d(st + GTLay::TW, tm.t, 0, 0, blk, bar);
                 bulk_g2s(st + GTLay::FAC, (const char*)p.work + (i64)blk * WLay::BLOCK + TLay::FAC, TLay::FACB, bar);
-                if (c == imax(0, nch - 6) && (p.mode & MODE_STATE_H0PF) && !p.sync && !PERSIST) wgt_prefetch_h0_next(p);
-                if (PERSIST && c == nch - 1 && it + step < items) wgt_prefetch_h0_item(p, it + step);
-            }
-            g += nch;
+                if (c == imax(0, nch - 6) && (p.mode & MODE_STATE_H0PF) && !p.sync) wgt_prefetch_h0_next(p);
             }
         }
         // (overlapped pair: this grid completes after the intra grid. After the whole warp is
         // here: lanes 1-31 would otherwise run ahead into griddepcontrol.wait, which then holds
         // the warp, lane 0's fetch loop included, until the intra grid ends; measured, session 10)
         __syncwarp();
-        if ((p.mode & MODE_STATE_PF) && !p.sync && !PERSIST) wgt_prefetch_next(p, lane);
+        if ((p.mode & MODE_STATE_PF) && !p.sync) wgt_prefetch_next(p, lane);
         if (p.sync) pdl_wait();
         const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
         if (p.ov_trace && lane == 0 && cta < TRACE_STATE) {
@@ -3204,16 +3147,6 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
         }
         return;
     }
-    int g = 0;  // (the CTA's chunks before this item)
-#pragma unroll 1
-    for (int it = first; it < items; it += step) {
-    int v0, hv, n;
-    item_of(it, v0, hv, n);
-    const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);
-    const int len = __shfl_sync(0xffffffffu, (int)(eos - bos), 0);
-    const int r0 = p.chunk_offsets[n];
-    const int nch = __shfl_sync(0xffffffffu, p.chunk_offsets[n + 1] - r0, 0);
-    (void)r0;
     const int vw = v0 + 16 * warp;
     float accS[KD / 8][4];
     load_state_r(p, accS, initial_row(p, n) < 0 ? -1 : initial_row(p, n) * p.HV + hv, vw);
@@ -3242,7 +3175,7 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
         }
         const int g = lane >> 2;
         const bool bf = p.out_dt == DT_BF16;
-        char* ot = sm + ((g + c) % NST) * GTLay::STAGE + GTLay::Q;
+        char* ot = sm + (c % NST) * GTLay::STAGE + GTLay::Q;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -3267,11 +3200,11 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
             const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
             store_state_r(p, accS, p.checkpoints, p.s_out_dt, slot, vw);
         }
-        mbar_arrive(empty + (g + c) % NST);  // the stage may be refilled (thread 0 after its store read it)
+        mbar_arrive(empty + c % NST);  // the stage may be refilled (thread 0 after its store read it)
     };
     for (int c = 0; c < nch; ++c) {
-        mbar_wait(bars + (g + c) % NST, ((g + c) / NST) & 1);
-        char* st = sm + ((g + c) % NST) * GTLay::STAGE;
+        mbar_wait(bars + c % NST, (c / NST) & 1);
+        char* st = sm + (c % NST) * GTLay::STAGE;
         const u32 sb = smem_addr(st);
         const int L = imin(CH, len - c * CH);
         if (L < CH) {
@@ -3374,8 +3307,6 @@ __device__ void smallbh_state_wgt(const Params& p, const TmapT& tm) {
                                    // global writes complete with the grid, as CUTLASS's TMA epilogues rely on)
     const i64 row = final_row(p, n);
     if (row >= 0) store_state_r(p, accS, p.state_out, p.s_out_dt, row * p.HV + hv, vw);
-    g += nch;
-    }
 }
 #endif  // HAS_STATE_WG
 

@@ -154,7 +154,7 @@ pub fn load(
         if fused_t && loaded.sizes[13] == 0 {
             continue; // (the fused T-form: gdn with K, V >= 64)
         }
-        let t_form = ["_statewgt", "_statewgtp", "_intrat", "_intratov"];
+        let t_form = ["_statewgt", "_intrat", "_intratov"];
         if t_form.iter().any(|s| name.ends_with(s)) && loaded.sizes[11] == 0 {
             continue; // (the T-form: gdn, where the wgmma pass is compiled)
         }

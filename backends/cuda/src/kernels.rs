@@ -96,7 +96,6 @@ impl Module {
                 "gdn_prefill_intrat",
                 "gdn_prefill_intratov",
                 "gdn_prefill_statewgt",
-                "gdn_prefill_statewgtp",
             ],
             Module::KdaPrefill => &[
                 "kda_prefill_fused",

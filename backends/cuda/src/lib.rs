@@ -112,13 +112,12 @@ impl Modes {
     pub const FT_PIPE: i32 = 4096;
     /// The T-form state pass without the overlap prefetches a later CTA's initial state to L2.
     pub const STATE_H0PF: i32 = 8192;
-    /// The T-form state pass without the overlap as persistent CTAs, one an SM (`_statewgtp`).
-    pub const STATE_PERSIST: i32 = 16384;
+    // (16384: the T-form state pass as persistent CTAs, session 18: slower, removed)
     /// The fused T-form's early first-tile loads with its state products in 32 x 32 warp
     /// quadrants (`_fusedtr`).
     pub const FT_QUAD: i32 = 32768;
     const ALL: i32 =
-        1 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512 | 1024 | 2048 | 4096 | 8192 | 16384 | 32768;
+        1 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512 | 1024 | 2048 | 4096 | 8192 | 32768;
     /// What production runs: the intra pairing, the dependent launch and the deferred copy wait
     /// (session 16, gdn 16/32 16x1024 on the H200: 0.569 -> 0.522 ms), the fused T-form's early
     /// first-tile loads (session 17, 256x64: 0.878 -> 0.866 ms; bench/NOTES.md).
@@ -182,20 +181,6 @@ impl Modes {
             ((p.hv * p.seqs).min(2 * sms).max(1) as u32, 1, 1)
         } else {
             (p.hv as u32, p.seqs as u32, 1)
-        }
-    }
-}
-
-impl Modes {
-    /// Grid of the T-form wgmma state pass, and whether it is the persistent entry point
-    /// (`_statewgtp`, STATE_PERSIST without the overlap: one CTA an SM over the (V tile, value
-    /// head, sequence) items); else one CTA per item.
-    pub fn state_t_grid(self, p: &Problem, sms: usize, overlapped: bool) -> (bool, (u32, u32, u32)) {
-        if self.has(Self::STATE_PERSIST) && !overlapped {
-            let items = (p.v / 64) * p.hv * p.seqs;
-            (true, (items.min(sms).max(1) as u32, 1, 1))
-        } else {
-            (false, ((p.v / 64) as u32, p.hv as u32, p.seqs as u32))
         }
     }
 }
@@ -548,16 +533,8 @@ impl CudaBackend {
                                 MapArg::T(tensor_maps_t(p, t, prm.work, blocks, work)?),
                             )
                         };
-                        let (persist, grid) = if pass == StatePass::WgT {
-                            self.modes.state_t_grid(p, sms, ov.is_some())
-                        } else {
-                            (false, ((p.v / 64) as u32, hv, n))
-                        };
-                        let name = if persist {
-                            format!("{state}{suffix}p")
-                        } else {
-                            format!("{state}{suffix}")
-                        };
+                        let name = format!("{state}{suffix}");
+                        let grid = ((p.v / 64) as u32, hv, n);
                         let (threads, smem) = (main.sizes[at + 1] as u32, main.sizes[at] as u32);
                         // (the dependent launch without the overlap: the state CTAs with
                         // chunks wait for the whole intra grid, so this grid completes after it
@@ -1504,21 +1481,7 @@ mod tests {
             "fusedtp"
         );
         assert_eq!(Modes(Modes::FT_QUAD | Modes::FT_PIPE).fused_t_entry(), "fusedtr");
-        let sp = Modes(Modes::STATE_PERSIST);
-        let q = prefill(16, 16, 32);
-        assert_eq!(sp.state_t_grid(&q, 132, false), (true, (132, 1, 1)));
-        assert_eq!(
-            sp.state_t_grid(&prefill(1, 16, 32), 132, false),
-            (true, (64, 1, 1)),
-            "no more CTAs than items"
-        );
-        assert_eq!(
-            sp.state_t_grid(&q, 132, true),
-            (false, (2, 32, 16)),
-            "the overlapped pair keeps one CTA an item"
-        );
-        assert_eq!(d.state_t_grid(&q, 132, false), (false, (2, 32, 16)));
-        for bad in ["2", "65536", "-1", "pair", ""] {
+        for bad in ["2", "16384", "65536", "-1", "pair", ""] {
             let e = Modes::parse(bad)
                 .err()
                 .map(|e| e.to_string())
