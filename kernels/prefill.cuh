@@ -1940,6 +1940,24 @@ __device__ __forceinline__ auto& pick(X& x, Y& y) {
 }
 #define FT_VRAW ((PROBE & 65536) == 0)
 #define FT_NOEARLY ((PROBE & 32768) != 0)
+// (diagnosis, PROBE 262144: QUAD with the products reordered, see fused_t_item)
+constexpr bool FT_QUAD2 = (PROBE & 262144) != 0;
+// o rows < L of the chunk at token t0 (value head hv, columns v0 + the quadrant's) from a
+// quadrant accumulator (mma_quad), in the output dtype.
+__device__ __forceinline__ void ft_store_o_quad(const Params& p, const float (&acc)[8][4], int t0, int L, int hv,
+                                                int v0, int quad, int lane) {
+    with_dt(p.out_dt, [&](auto D) {
+        constexpr int DT = decltype(D)::value;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            int r, cc;
+            quad_rc(quad, lane, i, r, cc);
+            const i64 o0 = ((i64)(t0 + r) * p.HV + hv) * VD + v0 + cc;
+            if (r < L) st2<DT>(p.o, o0, acc[i][0], acc[i][1]);
+            if (r + 8 < L) st2<DT>(p.o, o0 + (i64)8 * p.HV * VD, acc[i][2], acc[i][3]);
+        }
+    });
+}
 // QUAD (`{op}_prefill_fusedtr`, MODE_FT_QUAD, with PIPE): the state products in quadrants
 // (mma_quad): warps 0-3 compute X = K·S0, warps 4-7 Q·S0 (kept as o's accumulator); warps 0-3
 // then V_new alone, warps 4-7 o = FQ ⊙ Q·S0 + P V_new alone; the S update as before over all
@@ -2104,7 +2122,64 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                 }
                 __syncthreads();
                 FTL(1);
-                if constexpr (QUAD) {
+                if constexpr (QUAD && FT_QUAD2) {
+                    // (phase 1: warps 0-3 X, warps 4-7 U = T_u V; phase 2: warps 0-3 Q·S0, warps
+                    // 4-7 V_new = U - T_w X, with -X in XV (the V tile is dead after phase 1);
+                    // phase 3: warps 0-3 o)
+                    const bool kg = warp < 4;  // (warp-uniform)
+                    const int quad = warp & 3;
+                    float acc[8][4];
+                    zero_acc(acc);
+                    if (kg) mma_quad<KD>(acc, Ks, nullptr, KP, Sb, VTP, quad, lane);
+                    else mma_quad<CH, true>(acc, Tuh, Tul, CP, Vh, VTP, quad, lane);
+                    __syncthreads();  // (the V tile is dead: -X goes over it)
+                    if (kg) {
+#pragma unroll
+                        for (int i = 0; i < 8; ++i) {
+                            int r, cc;
+                            quad_rc(quad, lane, i, r, cc);
+                            *(u32*)(XV + r * VTP + cc) = pack_mma(-acc[i][0], -acc[i][1]);
+                            *(u32*)(XV + (r + 8) * VTP + cc) = pack_mma(-acc[i][2], -acc[i][3]);
+                        }
+                    }
+                    __syncthreads();
+                    FTL(2);
+                    if (kg) {
+                        zero_acc(acc);
+                        mma_quad<KD>(acc, Qs, nullptr, KP, Sb, VTP, quad, lane);
+#pragma unroll
+                        for (int i = 0; i < 8; ++i) {
+                            int r, cc;
+                            quad_rc(quad, lane, i, r, cc);
+                            const float f0 = fac[r], f1 = fac[r + 8];
+                            acc[i][0] *= f0;
+                            acc[i][1] *= f0;
+                            acc[i][2] *= f1;
+                            acc[i][3] *= f1;
+                        }
+                    } else {
+                        mma_quad<CH>(acc, Tw, nullptr, CP, XV, VTP, quad, lane);
+                    }
+                    __syncthreads();  // (Sb and -X are dead)
+                    if (!kg) {
+#pragma unroll
+                        for (int i = 0; i < 8; ++i) {
+                            int r, cc;
+                            quad_rc(quad, lane, i, r, cc);
+                            const float k0 = fac[CH + r], k1 = fac[CH + r + 8];
+                            *(u32*)(XV + r * VTP + cc) = pack_mma(acc[i][0], acc[i][1]);
+                            *(u32*)(XV + (r + 8) * VTP + cc) = pack_mma(acc[i][2], acc[i][3]);
+                            *(u32*)(Vs + r * VTP + cc) = pack_mma(k0 * acc[i][0], k0 * acc[i][1]);
+                            *(u32*)(Vs + (r + 8) * VTP + cc) = pack_mma(k1 * acc[i][2], k1 * acc[i][3]);
+                        }
+                    }
+                    __syncthreads();
+                    FTL(3);
+                    if (kg) {
+                        mma_quad<CH>(acc, Pm, nullptr, CP, XV, VTP, quad, lane);
+                        ft_store_o_quad(p, acc, t0_of(c), l_of(c), itm->hv, v0, quad, lane);
+                    }
+                } else if constexpr (QUAD) {
                     const bool kg = warp < 4;  // (warp-uniform)
                     const int quad = warp & 3;
                     float acc[8][4];
@@ -2150,18 +2225,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                     FTL(3);
                     if (!kg) {
                         mma_quad<CH>(acc, Pm, nullptr, CP, XV, VTP, quad, lane);
-                        const int t0 = t0_of(c), L = l_of(c), hv = itm->hv;
-                        with_dt(p.out_dt, [&](auto D) {
-                            constexpr int DT = decltype(D)::value;
-#pragma unroll
-                            for (int i = 0; i < 8; ++i) {
-                                int r, cc;
-                                quad_rc(quad, lane, i, r, cc);
-                                const i64 o0 = ((i64)(t0 + r) * p.HV + hv) * VD + v0 + cc;
-                                if (r < L) st2<DT>(p.o, o0, acc[i][0], acc[i][1]);
-                                if (r + 8 < L) st2<DT>(p.o, o0 + (i64)8 * p.HV * VD, acc[i][2], acc[i][3]);
-                            }
-                        });
+                        ft_store_o_quad(p, acc, t0_of(c), l_of(c), itm->hv, v0, quad, lane);
                     }
                 } else {
                 float acc[TO::PER][4], accO[TO::PER][4];
