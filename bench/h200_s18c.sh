@@ -6,8 +6,9 @@
 # cuda:small-bh, T-form forced), conformance through auto, memcheck of the new fused T-form entry
 # and of the many-items state pass, the anchors through auto, the device-test subsets, fla 0.6.0
 # on the same shapes (gdn first, kda last; time-boxed), table, then the rest of the device tests
-# while time is left.
-# Carry: .dev/pack (bash bench/pack_s15.sh) .whl
+# while time is left. Before fla: the quadrant products reordered (PROBE 262144, the s18b call
+# that could not start) against the default and 4481, two alternating rounds at 256x64.
+# Carry: .dev/pack (PROBES=262144 bash bench/pack_s15.sh) .whl
 set -uo pipefail
 source bench/h200_env.sh
 B=.dev/bin/deltarule
@@ -44,9 +45,21 @@ timeout 60 .dev/bin/cuda_device --test-threads=1 --nocapture chunked_ > "$OUT/de
 echo "cuda_device chunked_ rc=$?"; grep -E "test result|panicked|sequences on" "$OUT/dev_c.log" | head -6
 timeout 60 .dev/bin/cuda_device --test-threads=1 --nocapture small_bh_many > "$OUT/dev_m.log" 2>&1
 echo "cuda_device small_bh_many rc=$?"; grep -E "test result|panicked|many items on" "$OUT/dev_m.log" | head -6
+echo "== the quadrant products reordered (PROBE 262144) at ${SECONDS}s"
+DELTARULE_CUDA_PROBE=262144 timeout 40 $B diff --case $G --backend cuda:chunked > "$OUT/dc_q2.log" 2>&1
+echo "p262144 diff cuda:chunked rc=$? $(tail -1 "$OUT/dc_q2.log") $(grep -E ' expected ' "$OUT/dc_q2.log" | grep gdn | awk '{printf "%s/%s ", $4, $6}')"
+DELTARULE_CUDA_PROBE=262144 timeout 60 .dev/bin/cuda_device --test-threads=1 --nocapture chunked_long > "$OUT/dev_q2.log" 2>&1
+echo "p262144 device chunked_long rc=$?"; grep -E "test result|panicked|sequences on" "$OUT/dev_q2.log" | head -3
+for round in 1 2; do
+  for v in 37249:0 37249:262144 4481:0; do
+    m=${v%%:*}; pr=${v##*:}
+    DELTARULE_CUDA_PROBE=$pr DELTARULE_CUDA_MODE=$m timeout 40 $B bench --backend cuda:chunked --shape gdn-16/32-256x64 --iters 30 2>&1 | grep -E "^gdn" | grep -v generating | sed "s/^/r$round m$m:$pr /" | tee -a "$OUT/t.log"
+  done
+done
+awk '{k=$2" "$3; s[k]+=$6; n[k]++} END {for (k in s) printf "%-40s %.4f (n=%d)\n", k, s[k]/n[k], n[k]}' "$OUT/t.log" | sort
 echo "== fla at ${SECONDS}s"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-left=$((400 - SECONDS))
+left=$((420 - SECONDS))
 PYTHONUNBUFFERED=1 timeout $left python3 bench/fla_bench.py --shapes gdn-16/32-256x64 gdn-16/32-16x1024 gdn-16/32-1x8192 \
   gdn-16/32-1x32768 gdn-4/8-1x8192 gdn-decode-16/32-256x1 kda-32/32-1x8192 kda-64/64-1x8192 > "$OUT/fla.jsonl" 2> "$OUT/fla.err"
 echo "fla rc=$? at ${SECONDS}s"; tail -2 "$OUT/fla.err"
@@ -64,7 +77,7 @@ for o in ours:
     fs = f"{f:.4f}" if f else "-"
     print(f"{o['shape']:<24} {o['rule']:<28} {o['gpu_ms_median']:>8.4f} {o['host_us_median']:>8.1f} {fs:>8} {r:>8} {o['x_floor']:>7.1f}")
 PY
-left=$((500 - SECONDS))
+left=$((530 - SECONDS))
 echo "== the whole device-test suite at ${SECONDS}s (time-boxed: ${left}s)"
 if [ $left -gt 30 ]; then
   timeout $left .dev/bin/cuda_device --test-threads=1 --nocapture > "$OUT/dev_all.log" 2>&1

@@ -116,13 +116,13 @@ impl Modes {
     /// The fused T-form's early first-tile loads with its state products in 32 x 32 warp
     /// quadrants (`_fusedtr`).
     pub const FT_QUAD: i32 = 32768;
-    const ALL: i32 =
-        1 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512 | 1024 | 2048 | 4096 | 8192 | 32768;
+    const ALL: i32 = 1 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512 | 1024 | 2048 | 4096 | 8192 | 32768;
     /// What production runs: the intra pairing, the dependent launch and the deferred copy wait
     /// (session 16, gdn 16/32 16x1024 on the H200: 0.569 -> 0.522 ms), the fused T-form's early
-    /// first-tile loads (session 17, 256x64: 0.878 -> 0.866 ms; bench/NOTES.md).
+    /// first-tile loads (session 17, 256x64: 0.878 -> 0.866 ms) and its quadrant products
+    /// (session 18, 256x64: 0.862 -> 0.847 ms; bench/NOTES.md).
     pub const DEFAULT: Modes =
-        Modes(Self::INTRA_PAIR | Self::PDL | Self::INTRA_DEFER | Self::FT_PIPE);
+        Modes(Self::INTRA_PAIR | Self::PDL | Self::INTRA_DEFER | Self::FT_PIPE | Self::FT_QUAD);
 
     /// `DELTARULE_CUDA_MODE` (a number of the bits above), or the default.
     pub fn from_env() -> Result<Modes> {
@@ -1471,16 +1471,20 @@ mod tests {
         assert_eq!(Modes::parse("0").ok(), Some(Modes(0)));
         assert_eq!(
             d.fused_t_entry(),
-            "fusedtq",
-            "the default loads the first tile early"
+            "fusedtr",
+            "the default loads the first tile early, its products in quadrants"
         );
+        assert_eq!(d.0, 37249);
         assert_eq!(Modes(0).fused_t_entry(), "fusedt");
         assert_eq!(Modes(Modes::FT_PIPE).fused_t_entry(), "fusedtq");
         assert_eq!(
             Modes(Modes::FT_PIPE | Modes::FT_PERSIST).fused_t_entry(),
             "fusedtp"
         );
-        assert_eq!(Modes(Modes::FT_QUAD | Modes::FT_PIPE).fused_t_entry(), "fusedtr");
+        assert_eq!(
+            Modes(Modes::FT_QUAD | Modes::FT_PIPE).fused_t_entry(),
+            "fusedtr"
+        );
         for bad in ["2", "16384", "65536", "-1", "pair", ""] {
             let e = Modes::parse(bad)
                 .err()
