@@ -1940,8 +1940,6 @@ __device__ __forceinline__ auto& pick(X& x, Y& y) {
 }
 #define FT_VRAW ((PROBE & 65536) == 0)
 #define FT_NOEARLY ((PROBE & 32768) != 0)
-// (diagnosis, PROBE 262144: QUAD with the products reordered, see fused_t_item)
-constexpr bool FT_QUAD2 = (PROBE & 262144) != 0;
 // o rows < L of the chunk at token t0 (value head hv, columns v0 + the quadrant's) from a
 // quadrant accumulator (mma_quad), in the output dtype.
 __device__ __forceinline__ void ft_store_o_quad(const Params& p, const float (&acc)[8][4], int t0, int L, int hv,
@@ -1959,9 +1957,10 @@ __device__ __forceinline__ void ft_store_o_quad(const Params& p, const float (&a
     });
 }
 // QUAD (`{op}_prefill_fusedtr`, MODE_FT_QUAD, with PIPE): the state products in quadrants
-// (mma_quad): warps 0-3 compute X = K·S0, warps 4-7 Q·S0 (kept as o's accumulator); warps 0-3
-// then V_new alone, warps 4-7 o = FQ ⊙ Q·S0 + P V_new alone; the S update as before over all
-// eight. Each product's operands are read from shared memory in 32 x 32 warp tiles: ~30 % fewer
+// (mma_quad), two groups of four warps side by side: warps 0-3 X = K·S0 while warps 4-7 build
+// U = T_u V; then warps 0-3 Q·S0 (kept as o's accumulator) while warps 4-7 finish V_new = U -
+// T_w X; then warps 0-3 o = FQ ⊙ Q·S0 + P V_new; the S update as before over all eight. Each
+// product's operands are read from shared memory in 32 x 32 warp tiles: ~30 % fewer
 // shared-memory bytes a V tile than the 16 x 32 tiles of eight warps.
 template <bool PIPE, bool QUAD = false>
 __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
@@ -2122,10 +2121,11 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                 }
                 __syncthreads();
                 FTL(1);
-                if constexpr (QUAD && FT_QUAD2) {
+                if constexpr (QUAD) {
                     // (phase 1: warps 0-3 X, warps 4-7 U = T_u V; phase 2: warps 0-3 Q·S0, warps
                     // 4-7 V_new = U - T_w X, with -X in XV (the V tile is dead after phase 1);
-                    // phase 3: warps 0-3 o)
+                    // phase 3: warps 0-3 o. Session 18: this order against X beside Q·S0, then
+                    // V_new and o each on one group: 256x64 0.841 against 0.851 ms)
                     const bool kg = warp < 4;  // (warp-uniform)
                     const int quad = warp & 3;
                     float acc[8][4];
@@ -2176,54 +2176,6 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                     __syncthreads();
                     FTL(3);
                     if (kg) {
-                        mma_quad<CH>(acc, Pm, nullptr, CP, XV, VTP, quad, lane);
-                        ft_store_o_quad(p, acc, t0_of(c), l_of(c), itm->hv, v0, quad, lane);
-                    }
-                } else if constexpr (QUAD) {
-                    const bool kg = warp < 4;  // (warp-uniform)
-                    const int quad = warp & 3;
-                    float acc[8][4];
-                    zero_acc(acc);
-                    mma_quad<KD>(acc, kg ? Ks : Qs, nullptr, KP, Sb, VTP, quad, lane);
-                    __syncthreads();  // (Sb is dead: -X goes over it)
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) {
-                        int r, cc;
-                        quad_rc(quad, lane, i, r, cc);
-                        if (kg) {
-                            *(u32*)(Xn + r * VTP + cc) = pack_mma(-acc[i][0], -acc[i][1]);
-                            *(u32*)(Xn + (r + 8) * VTP + cc) = pack_mma(-acc[i][2], -acc[i][3]);
-                        } else {
-                            const float f0 = fac[r], f1 = fac[r + 8];
-                            acc[i][0] *= f0;
-                            acc[i][1] *= f0;
-                            acc[i][2] *= f1;
-                            acc[i][3] *= f1;
-                        }
-                    }
-                    __syncthreads();
-                    FTL(2);
-                    if (kg) {
-                        zero_acc(acc);
-                        mma_quad<CH, true>(acc, Tuh, Tul, CP, Vh, VTP, quad, lane);
-                        mma_quad<CH>(acc, Tw, nullptr, CP, Xn, VTP, quad, lane);
-                    }
-                    __syncthreads();  // (X and the V tile are dead)
-                    if (kg) {
-#pragma unroll
-                        for (int i = 0; i < 8; ++i) {
-                            int r, cc;
-                            quad_rc(quad, lane, i, r, cc);
-                            const float k0 = fac[CH + r], k1 = fac[CH + r + 8];
-                            *(u32*)(XV + r * VTP + cc) = pack_mma(acc[i][0], acc[i][1]);
-                            *(u32*)(XV + (r + 8) * VTP + cc) = pack_mma(acc[i][2], acc[i][3]);
-                            *(u32*)(Vs + r * VTP + cc) = pack_mma(k0 * acc[i][0], k0 * acc[i][1]);
-                            *(u32*)(Vs + (r + 8) * VTP + cc) = pack_mma(k1 * acc[i][2], k1 * acc[i][3]);
-                        }
-                    }
-                    __syncthreads();
-                    FTL(3);
-                    if (!kg) {
                         mma_quad<CH>(acc, Pm, nullptr, CP, XV, VTP, quad, lane);
                         ft_store_o_quad(p, acc, t0_of(c), l_of(c), itm->hv, v0, quad, lane);
                     }
