@@ -7,7 +7,9 @@
 # and of the many-items state pass, the anchors through auto, the device-test subsets, fla 0.6.0
 # on the same shapes (gdn first, kda last; time-boxed), table, then the rest of the device tests
 # while time is left. Before fla: the quadrant products reordered (PROBE 262144, the s18b call
-# that could not start) against the default and 4481, two alternating rounds at 256x64.
+# that could not start) against the default and 4481, two alternating rounds at 256x64. (After
+# this call the reordered schedule became fusedtr's code and the probe bit was removed: PROBE
+# 262144 now changes nothing.)
 # Carry: .dev/pack (PROBES=262144 bash bench/pack_s15.sh) .whl
 set -uo pipefail
 source bench/h200_env.sh

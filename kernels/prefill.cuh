@@ -384,23 +384,13 @@ __device__ __forceinline__ void mma_quad(float (&acc)[8][4], const u16* A1, cons
 #pragma unroll
     for (int ks = 0; ks < KK / 16; ++ks) {
         u32 a[2][4], b[2][4];
-#pragma unroll
-        for (int rt = 0; rt < 2; ++rt)
-            ldsm_x4(a1s + (u32)((16 * rt * lda + 16 * ks) * 2), a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
-#pragma unroll
-        for (int np = 0; np < 2; ++np)
-            ldsm_x4_t(b0s + (u32)((16 * ks * ldb + 16 * np) * 2), b[np][0], b[np][1], b[np][2], b[np][3]);
-#pragma unroll
-        for (int rt = 0; rt < 2; ++rt)
-#pragma unroll
-            for (int np = 0; np < 2; ++np) {
-                mma16816(acc[4 * rt + 2 * np], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][0], b[np][1]);
-                mma16816(acc[4 * rt + 2 * np + 1], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][2], b[np][3]);
-            }
-        if constexpr (TWO) {
+        // (the two row tiles of A at as; their products with both B fragment pairs)
+        auto ld_a = [&](u32 as) {
 #pragma unroll
             for (int rt = 0; rt < 2; ++rt)
-                ldsm_x4(a2s + (u32)((16 * rt * lda + 16 * ks) * 2), a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
+                ldsm_x4(as + (u32)((16 * rt * lda + 16 * ks) * 2), a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
+        };
+        auto mmas = [&]() {
 #pragma unroll
             for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
@@ -408,6 +398,15 @@ __device__ __forceinline__ void mma_quad(float (&acc)[8][4], const u16* A1, cons
                     mma16816(acc[4 * rt + 2 * np], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][0], b[np][1]);
                     mma16816(acc[4 * rt + 2 * np + 1], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][2], b[np][3]);
                 }
+        };
+        ld_a(a1s);
+#pragma unroll
+        for (int np = 0; np < 2; ++np)
+            ldsm_x4_t(b0s + (u32)((16 * ks * ldb + 16 * np) * 2), b[np][0], b[np][1], b[np][2], b[np][3]);
+        mmas();
+        if constexpr (TWO) {
+            ld_a(a2s);
+            mmas();
         }
     }
 }

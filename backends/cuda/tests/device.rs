@@ -15,6 +15,42 @@ fn present() -> bool {
     }
 }
 
+/// gdn with `heads` = (H, HV), K = V = 128, 16-bit inputs, the sequence lengths `lens`, a dense
+/// initial and final state, checkpoints every `ck` tokens, the state `layout` and `l2norm`: a
+/// generated problem checked on `backend` against float64 (`check_case`: the run is repeated
+/// bit-identical and every poisoned output must be written).
+fn check_gdn_long(
+    backend: &str,
+    lens: &[usize],
+    heads: (usize, usize),
+    layout: deltarule_core::StateLayout,
+    ck: Option<usize>,
+    l2norm: bool,
+    seed: u64,
+) -> deltarule_core::Result<deltarule_tests::cases::CaseCheck> {
+    use deltarule_core::{FinalState, InitialState, Mode, Op, Problem};
+    use deltarule_tests::{cases, diff, generate};
+    let tokens = lens.iter().sum();
+    let mut p = Problem::new(
+        Op::Gdn,
+        Mode::Prefill,
+        lens.len(),
+        tokens,
+        heads.0,
+        heads.1,
+        128,
+        128,
+    );
+    p.initial = InitialState::Dense;
+    p.final_state = FinalState::Dense;
+    p.checkpoint_every = ck;
+    p.layout = layout;
+    p.l2norm = l2norm;
+    let case = generate::generate(&p, lens, seed, generate::DataStyle::default())?;
+    let reference = diff::reference_outputs(&case)?;
+    cases::check_case(suite::engine(), backend, &case, &reference)
+}
+
 #[test]
 fn chunked_conformance() {
     if present() {
@@ -60,32 +96,13 @@ fn chunked_conformance_with_the_classic_fused_kernel() {
 /// (`check_case` reruns bit-identical and checks the poisoned outputs were all written).
 #[test]
 fn chunked_long_and_short_sequences() {
-    use deltarule_core::{FinalState, InitialState, Mode, Op, Problem, StateLayout};
-    use deltarule_tests::{cases, diff, generate};
+    use deltarule_core::StateLayout;
     if !present() {
         return;
     }
     let lens = [64, 0, 700, 1, 64, 129, 3000, 37];
     for layout in [StateLayout::Kv, StateLayout::Vk] {
-        let mut p = Problem::new(
-            Op::Gdn,
-            Mode::Prefill,
-            lens.len(),
-            lens.iter().sum(),
-            16,
-            32,
-            128,
-            128,
-        );
-        p.initial = InitialState::Dense;
-        p.final_state = FinalState::Dense;
-        p.checkpoint_every = Some(128);
-        p.layout = layout;
-        p.l2norm = true;
-        let case = generate::generate(&p, &lens, 12, generate::DataStyle::default())
-            .expect("generate the problem");
-        let reference = diff::reference_outputs(&case).expect("the float64 reference");
-        let check = cases::check_case(suite::engine(), "cuda:chunked", &case, &reference)
+        let check = check_gdn_long("cuda:chunked", &lens, (16, 32), layout, Some(128), true, 12)
             .unwrap_or_else(|e| panic!("gdn long and short sequences ({layout:?}): {e}"));
         println!(
             "long and short sequences on cuda:chunked ({layout:?}): {:?}",
@@ -180,29 +197,13 @@ fn small_bh_conformance_with_each_wgmma_state_pass() {
 /// small to show it); racecheck located it.
 #[test]
 fn small_bh_gva_long_sequences() {
-    use deltarule_core::{FinalState, InitialState, Mode, Op, Problem};
-    use deltarule_tests::{cases, diff, generate};
+    use deltarule_core::StateLayout;
     if !present() {
         return;
     }
     let lens = [0, 64, 700, 1, 0, 129, 3000];
-    let mut p = Problem::new(
-        Op::Gdn,
-        Mode::Prefill,
-        lens.len(),
-        lens.iter().sum(),
-        4,
-        8,
-        128,
-        128,
-    );
-    p.initial = InitialState::Dense;
-    p.final_state = FinalState::Dense;
-    let case = generate::generate(&p, &lens, 8, generate::DataStyle::default())
-        .expect("generate the problem");
-    let reference = diff::reference_outputs(&case).expect("the float64 reference");
     for backend in ["cuda:small-bh", "cuda:chunked"] {
-        let check = cases::check_case(suite::engine(), backend, &case, &reference)
+        let check = check_gdn_long(backend, &lens, (4, 8), StateLayout::Kv, None, false, 8)
             .unwrap_or_else(|e| panic!("gdn 4/8 long sequences on {backend}: {e}"));
         println!("gva long sequences on {backend}: {:?}", check.errors);
     }
@@ -216,8 +217,7 @@ fn small_bh_gva_long_sequences() {
 /// of the pass too, which was slower and removed.)
 #[test]
 fn small_bh_many_items() {
-    use deltarule_core::{FinalState, InitialState, Mode, Op, Problem, StateLayout};
-    use deltarule_tests::{cases, diff, generate};
+    use deltarule_core::StateLayout;
     // (a forced state pass: the children of the test above, where this problem takes the T-form
     // pass anyway)
     if !present() || std::env::var_os("DELTARULE_CUDA_STATE_BV").is_some() {
@@ -225,25 +225,16 @@ fn small_bh_many_items() {
     }
     let lens: Vec<usize> = [64, 0, 700, 1, 64, 129, 300, 37].repeat(3);
     for layout in [StateLayout::Kv, StateLayout::Vk] {
-        let mut p = Problem::new(
-            Op::Gdn,
-            Mode::Prefill,
-            lens.len(),
-            lens.iter().sum(),
-            16,
-            32,
-            128,
-            128,
-        );
-        p.initial = InitialState::Dense;
-        p.final_state = FinalState::Dense;
-        p.checkpoint_every = Some(64);
-        p.layout = layout;
-        let case = generate::generate(&p, &lens, 14, generate::DataStyle::default())
-            .expect("generate the problem");
-        let reference = diff::reference_outputs(&case).expect("the float64 reference");
-        let check = cases::check_case(suite::engine(), "cuda:small-bh", &case, &reference)
-            .unwrap_or_else(|e| panic!("gdn 16/32 many items ({layout:?}): {e}"));
+        let check = check_gdn_long(
+            "cuda:small-bh",
+            &lens,
+            (16, 32),
+            layout,
+            Some(64),
+            false,
+            14,
+        )
+        .unwrap_or_else(|e| panic!("gdn 16/32 many items ({layout:?}): {e}"));
         println!(
             "many items on cuda:small-bh ({layout:?}): {:?}",
             check.errors
