@@ -9,7 +9,8 @@
 //!   accumulation), the inverse in f32, the running state in f32 registers; for gdn with K, V >=
 //!   64 and a dense f32 final state the fused T-form instead (`gdn_prefill_fusedt`, two CTAs an
 //!   SM: the T-form intra stage kept in shared memory, the state work per 64 V columns, the state
-//!   between chunks in the final-state row; `fused_t_applies`);
+//!   between chunks in the final-state row; `fused_t_applies`; the default entry `_fusedtr` loads
+//!   the first V tile early and runs the state products in 32 x 32 warp quadrants, see `Modes`);
 //! * `small-bh` (`{op}_prefill_intra` + `{op}_prefill_state`): a chunk-parallel intra kernel
 //!   writes W, U, P, q̃, k̃ per chunk into a workspace, then a state pass walks the chunks with
 //!   the transposed state in mma accumulators: on sm_90a (K in {64, 128}, V >= 64) one warpgroup
