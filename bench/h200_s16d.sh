@@ -56,19 +56,6 @@ echo "memcheck diff cuda:small-bh, T-form forced rc=$? $(grep -E 'ERROR SUMMARY'
 left=$((575 - SECONDS))
 DELTARULE_CUDA_STATE_BV=wgt timeout $left compute-sanitizer --tool memcheck --error-exitcode 9 .dev/bin/cuda_device --test-threads=1 small_bh_gva_long > "$OUT/mc3.log" 2>&1
 echo "memcheck small_bh_gva_long, T-form forced rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/mc3.log" | tail -1)"
-python3 - "$OUT/ours.jsonl" "$OUT/fla.jsonl" <<'PY'
-import json, sys
-def rows(p):
-    try: return {j["shape"]: j for j in (json.loads(l) for l in open(p) if l.startswith("{"))}
-    except FileNotFoundError: return {}
-ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-fla = rows(sys.argv[2])
-print(f"{'shape':<24} {'rule':<28} {'ours ms':>8} {'host us':>8} {'fla ms':>8} {'fla/ours':>8} {'x floor':>7}")
-for o in ours:
-    f = fla.get(o["shape"], {}).get("fla_ms")
-    r = f"{f / o['gpu_ms_median']:.2f}" if f else "-"
-    fs = f"{f:.4f}" if f else "-"
-    print(f"{o['shape']:<24} {o['rule']:<28} {o['gpu_ms_median']:>8.4f} {o['host_us_median']:>8.1f} {fs:>8} {r:>8} {o['x_floor']:>7.1f}")
-PY
+python3 bench/anchor_table.py "$OUT/ours.jsonl" "$OUT/fla.jsonl"
 echo "== done at ${SECONDS}s"
 (cd "$OUT" && tar czf logs_s16d.tgz *.log *.jsonl *.err 2>/dev/null; rm -f *.log)

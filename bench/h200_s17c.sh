@@ -49,19 +49,6 @@ left=$((435 - SECONDS))
 PYTHONUNBUFFERED=1 timeout $left python3 bench/fla_bench.py --shapes gdn-16/32-256x64 gdn-16/32-16x1024 gdn-16/32-1x8192 \
   gdn-16/32-1x32768 gdn-4/8-1x8192 gdn-decode-16/32-256x1 kda-32/32-1x8192 kda-64/64-1x8192 > "$OUT/fla.jsonl" 2> "$OUT/fla.err"
 echo "fla rc=$? at ${SECONDS}s"; tail -2 "$OUT/fla.err"
-python3 - "$OUT/ours.jsonl" "$OUT/fla.jsonl" <<'PY'
-import json, sys
-def rows(p):
-    try: return {j["shape"]: j for j in (json.loads(l) for l in open(p) if l.startswith("{"))}
-    except FileNotFoundError: return {}
-ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-fla = rows(sys.argv[2])
-print(f"{'shape':<24} {'rule':<28} {'ours ms':>8} {'host us':>8} {'fla ms':>8} {'fla/ours':>8} {'x floor':>7}")
-for o in ours:
-    f = fla.get(o["shape"], {}).get("fla_ms")
-    r = f"{f / o['gpu_ms_median']:.2f}" if f else "-"
-    fs = f"{f:.4f}" if f else "-"
-    print(f"{o['shape']:<24} {o['rule']:<28} {o['gpu_ms_median']:>8.4f} {o['host_us_median']:>8.1f} {fs:>8} {r:>8} {o['x_floor']:>7.1f}")
-PY
+python3 bench/anchor_table.py "$OUT/ours.jsonl" "$OUT/fla.jsonl"
 echo "== done at ${SECONDS}s"
 (cd "$OUT" && tar czf logs_s17c.tgz *.log *.jsonl *.err 2>/dev/null)
