@@ -1,4 +1,4 @@
-# bench/h200_lib.sh: helpers sourced by the session-5 device scripts (bench/h200_s5*.sh), after
+# bench/h200_lib.sh: helpers sourced by device scripts (bench/h200_s5*.sh, h200_s19a.sh, h200_s19b.sh), after
 # bench/h200_env.sh (which sets OUT and unpacks .dev/pack). B is the deltarule binary.
 # (s5a-s5h ran with these commands inline; they were moved here after the session's device calls,
 # unchanged, so the next scripts can reuse them.)
@@ -84,4 +84,16 @@ rc() {
   env $2 timeout ${RC_TIMEOUT:-35} compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 3 $B diff $4 --backend $3 > "$OUT/$1.log" 2>&1
   echo "$1 [$2 $3] rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/$1.log") $(grep -E ' (o|final_state) +f64' "$OUT/$1.log" | awk '{print $4, $6, $NF}' | tr '\n' ' ')"
   grep -m2 -E "prefill.cuh:[0-9]+" "$OUT/$1.log" | sed 's/.* in //'
+}
+
+# (session 19) Means over alternating rounds of `deltarule bench` rows saved as "r<round> m<variant>
+# <row>" in file $1 (the GPU ms is field 6): one line per (variant, shape), sorted by shape.
+round_means() {
+  awk '{k=$2" "$3; s[k]+=$6; n[k]++} END {for (k in s) printf "%-40s %.4f (n=%d)\n", k, s[k]/n[k], n[k]}' "$1" | sort -k2,2 -k1,1
+}
+
+# (session 19) Mean phase cycles per CTA of the fused T-form's TLT lines (PROBE 256) in log $1,
+# labelled P$2.
+tlt_mean() {
+  grep TLT "$1" | awk -v m="$2" '{for(i=1;i<=NF;i++){if($i=="intra")a+=$(i+1); if($i=="loads")b+=$(i+1); if($i=="step1")c+=$(i+1); if($i=="step2")d+=$(i+1); if($i=="step34")e+=$(i+1)}; n++} END {if(n) printf "P%s n=%d intra %.0f loads %.0f step1 %.0f step2 %.0f step34 %.0f total %.0f\n", m, n, a/n, b/n, c/n, d/n, e/n, (a+b+c+d+e)/n}'
 }

@@ -9,9 +9,12 @@
 #   1572864 both.
 # Correctness of each (gdn golden diffs through cuda:chunked, the chunked device tests, small-bh
 # tests for CSF, memcheck and racecheck of BAL), alternating rounds, then PROBE 256 timelines.
+# (The means and the timeline summary were inline awk in the call that ran; they are the
+# functions of bench/h200_lib.sh now, with the same output on its saved logs.)
 # Carry: .dev/pack (PROBES="524288 1048576 1572864 256 524544" bash bench/pack_s15.sh)
 set -uo pipefail
 source bench/h200_env.sh
+source bench/h200_lib.sh  # (round_means, tlt_mean)
 B=.dev/bin/deltarule
 G="tests/golden/shared/*.safetensors"
 G128=tests/golden/shared/gdn_gva_varlen_state.safetensors
@@ -42,11 +45,11 @@ for round in 1 2 3; do
   done
 done
 echo "== means"
-awk '{k=$2" "$3; s[k]+=$6; n[k]++} END {for (k in s) printf "%-40s %.4f (n=%d)\n", k, s[k]/n[k], n[k]}' "$OUT/t.log" | sort -k2,2 -k1,1
+round_means "$OUT/t.log"
 echo "== timeline at ${SECONDS}s (PROBE 256, cycles a CTA, mean of the sampled CTAs)"
 for pr in 256 524544; do
   DELTARULE_CUDA_PROBE=$pr timeout 40 $B bench --backend cuda:chunked --shape gdn-16/32-256x64 --iters 3 --warmup 1 > "$OUT/tl_$pr.log" 2>&1
-  grep TLT "$OUT/tl_$pr.log" | awk -v m=$pr '{for(i=1;i<=NF;i++){if($i=="intra")a+=$(i+1); if($i=="loads")b+=$(i+1); if($i=="step1")c+=$(i+1); if($i=="step2")d+=$(i+1); if($i=="step34")e+=$(i+1)}; n++} END {if(n) printf "P%s n=%d intra %.0f loads %.0f step1 %.0f step2 %.0f step34 %.0f total %.0f\n", m, n, a/n, b/n, c/n, d/n, e/n, (a+b+c+d+e)/n}'
+  tlt_mean "$OUT/tl_$pr.log" $pr
 done
 echo "== done at ${SECONDS}s"
 (cd "$OUT" && tar czf logs_s19a.tgz *.log 2>/dev/null; rm -f *.log)

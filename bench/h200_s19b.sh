@@ -7,9 +7,12 @@
 # (+ 65536: 4 bytes), and 65536 alone for reference. Predicted 256x64 0.837 -> ~0.81.
 # Correctness of each (gdn golden diff through cuda:chunked, chunked_long), memcheck and racecheck
 # of FEWB, alternating rounds, the PROBE 256 timeline of FEWB (the default's is s19a's).
+# (The means and the timeline summary were inline awk in the call that ran; they are the
+# functions of bench/h200_lib.sh now, with the same output on its saved logs.)
 # Carry: .dev/pack (PROBES="4194304 4259840 65536 4194560" bash bench/pack_s15.sh)
 set -uo pipefail
 source bench/h200_env.sh
+source bench/h200_lib.sh  # (round_means, tlt_mean)
 B=.dev/bin/deltarule
 G128=tests/golden/shared/gdn_gva_varlen_state.safetensors
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
@@ -34,11 +37,11 @@ for round in 1 2 3; do
   done
 done
 echo "== means"
-awk '{k=$2" "$3; s[k]+=$6; n[k]++} END {for (k in s) printf "%-40s %.4f (n=%d)\n", k, s[k]/n[k], n[k]}' "$OUT/t.log" | sort -k2,2 -k1,1
+round_means "$OUT/t.log"
 echo "== timeline at ${SECONDS}s (PROBE 256, cycles a CTA, mean of the sampled CTAs)"
 for pr in 4194560; do
   DELTARULE_CUDA_PROBE=$pr timeout 40 $B bench --backend cuda:chunked --shape gdn-16/32-256x64 --iters 3 --warmup 1 > "$OUT/tl_$pr.log" 2>&1
-  grep TLT "$OUT/tl_$pr.log" | awk -v m=$pr '{for(i=1;i<=NF;i++){if($i=="intra")a+=$(i+1); if($i=="loads")b+=$(i+1); if($i=="step1")c+=$(i+1); if($i=="step2")d+=$(i+1); if($i=="step34")e+=$(i+1)}; n++} END {if(n) printf "P%s n=%d intra %.0f loads %.0f step1 %.0f step2 %.0f step34 %.0f total %.0f\n", m, n, a/n, b/n, c/n, d/n, e/n, (a+b+c+d+e)/n}'
+  tlt_mean "$OUT/tl_$pr.log" $pr
 done
 echo "== done at ${SECONDS}s"
 (cd "$OUT" && tar czf logs_s19b.tgz *.log 2>/dev/null; rm -f *.log)
