@@ -48,7 +48,10 @@
 // 128 the small-bh bulk copies of the block to the workspace; 256 a clock64 timeline of sampled
 // chunks (printf); 512 the former f32 CUDA-core T merge instead of the tensor-core doubling.
 // T-form state pass: 2048 U from T_u's hi part only; 4096 o by per-thread stores for every chunk.
-// mma_tiles2 (two products sharing B) as two mma_tiles: 131072.
+// mma_tiles2 (two products sharing B) as two mma_tiles: 131072. The zero upper parts of
+// triangular operands computed as well (the products before session 20): 262144 step 2's A, P
+// (mma_tiles2's LOW), 524288 the fused T-form's T_u, T_w and P products (mma_quad's LOW);
+// 1048576 the fused T-form's S tile in Tiles<128, 64, 8> strips, not quadrants (FT_SQ).
 // Fused T-form (fused_t): 256 a clock64 timeline too (TLT lines), 8192 no intra stage (the state
 // part on stale shared memory), 16384 no state part; its PIPE form (`fusedtq`): 32768 without the
 // early loads of the first tile, 65536 with V loaded and converted as without PIPE.
@@ -303,10 +306,21 @@ __device__ __forceinline__ void mma_tiles(float (&acc)[Tiles<M, N, NW>::PER][4],
 // a product's shared-memory traffic; session 17: the fused T-form's stall samples were mostly
 // shared-load waits). MMA_SPLIT (diagnosis, PROBE bit 131072): two mma_tiles instead.
 constexpr bool MMA_SPLIT = (PROBE & 131072) != 0;
-template <int M, int N, int KK, int NW, bool AT = false, bool BT = false>
+// LOW (the results are read on and below the diagonal only, row-major A, M == N): tile pairs
+// whose columns all lie above the diagonal are left out (their accumulators keep their values),
+// and the A loads of a warp with no pair left (session 20: of the 32 tiles of a 64 x 64 product,
+// 12 lie above the diagonal).
+constexpr bool NO_TRI_AP = (PROBE & 262144) != 0;
+template <int M, int N, int KK, int NW, bool AT = false, bool BT = false, bool LOW = false>
 __device__ __forceinline__ void mma_tiles2(float (&acc1)[Tiles<M, N, NW>::PER][4],
                                            float (&acc2)[Tiles<M, N, NW>::PER][4], const u16* A1,
                                            const u16* A2, int lda, const u16* B, int ldb, int warp, int lane) {
+    static_assert(!LOW || (!AT && M == N), "LOW: a square product, row-major A");
+    if constexpr (LOW && Tiles<M, N, NW>::NT % Tiles<M, N, NW>::PER == 0) {
+        // (a warp's tiles share one tile row; its first pair has the lowest columns)
+        const int idx = warp * Tiles<M, N, NW>::PER;
+        if (8 * (idx % Tiles<M, N, NW>::NT) > 16 * (idx / Tiles<M, N, NW>::NT) + 15) return;
+    }
     if constexpr (MMA_SPLIT) {
         mma_tiles<M, N, KK, NW, AT, BT>(acc1, A1, lda, B, ldb, warp, lane);
         mma_tiles<M, N, KK, NW, AT, BT>(acc2, A2, lda, B, ldb, warp, lane);
@@ -329,6 +343,7 @@ __device__ __forceinline__ void mma_tiles2(float (&acc1)[Tiles<M, N, NW>::PER][4
         for (int i = 0; i < TL::PER; i += 2) {
             const int idx = warp * TL::PER + i;
             const int mt = idx / TL::NT, nt = idx % TL::NT;
+            if (LOW && 8 * nt > 16 * mt + 15) continue;  // (warp-uniform)
             if ((TL::PER % TL::NT == 0) ? (i % TL::NT == 0) : (i == 0)) {
                 const u32 off = AT ? (u32)((ks * 16 * lda + mt * 16) * 2)
                                    : (u32)((mt * 16 * lda + ks * 16) * 2);
@@ -370,11 +385,15 @@ __device__ __forceinline__ void quad_rc(int quad, int lane, int i, int& r, int& 
     c = 32 * (quad & 1) + 8 * (i & 3) + 2 * (lane & 3);
 }
 // acc += A1 x B (+ A2 x B where A2 is given, each B fragment loaded once): A row-major [64][KK]
-// (stride lda), B stored [KK][64] (stride ldb, ldmatrix.trans); strides as in mma_tiles.
-template <int KK, bool TWO = false>
+// (stride lda), B stored [KK][64] (stride ldb, ldmatrix.trans); strides as in mma_tiles. LOW:
+// A is lower triangular (zero above the diagonal: T_u, T_w, P), so the upper quadrants' k steps
+// past their last row are left out (a quarter of the k steps of the four quadrants).
+constexpr bool NO_TRI_QUAD = (PROBE & 524288) != 0;
+template <int KK, bool TWO = false, bool LOW = false>
 __device__ __forceinline__ void mma_quad(float (&acc)[8][4], const u16* A1, const u16* A2, int lda, const u16* B,
                                          int ldb, int quad, int lane) {
     static_assert(KK % 16 == 0, "k steps");
+    static_assert(!LOW || KK == 64, "LOW: A is [64][64]");
     const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
     const int r0 = 32 * (quad >> 1), c0 = 32 * (quad & 1);
     const u32 a_lane = (u32)(((r0 + l7 + 8 * l8) * lda + 8 * l16) * 2);
@@ -383,6 +402,7 @@ __device__ __forceinline__ void mma_quad(float (&acc)[8][4], const u16* A1, cons
     const u32 a2s = TWO ? smem_addr(A2) + a_lane : 0u;
 #pragma unroll
     for (int ks = 0; ks < KK / 16; ++ks) {
+        if (LOW && 16 * ks > r0 + 31) break;  // (warp-uniform)
         u32 a[2][4], b[2][4];
         // (the two row tiles of A at as; their products with both B fragment pairs)
         auto ld_a = [&](u32 as) {
@@ -407,6 +427,58 @@ __device__ __forceinline__ void mma_quad(float (&acc)[8][4], const u16* A1, cons
         if constexpr (TWO) {
             ld_a(a2s);
             mmas();
+        }
+    }
+}
+
+// The fused T-form's S tile (KD = 128, 64 V columns) in quadrants (`FT_SQ`, session 20): warp w
+// (of 8) holds the 32 x 32 quadrant at rows 32 (w / 2), columns 32 (w % 2) as 8 tiles of 16 x 8
+// (tile i: row tile i / 4, column tile i % 4), so the S update loads 2 A and 2 B fragments a k
+// step for 8 mma (the 16 x 64 strips of Tiles<128, 64, 8>: 1 A and 4 B). PROBE 1048576: the
+// strips again (session 19's layout).
+constexpr bool FT_SQ = KD == 128 && NTH == 256 && (PROBE & 1048576) == 0;
+// Row and column of accumulator element 0 of tile i of this warp (elements as in tile_rc), in
+// the quadrant layout (SQ) or in that of Tiles<KD, VT, NW>.
+template <int VT, int NW, bool SQ>
+__device__ __forceinline__ void s_rc(int warp, int lane, int i, int& r, int& c) {
+    if constexpr (SQ) {
+        r = 32 * (warp >> 1) + 16 * (i >> 2) + (lane >> 2);
+        c = 32 * (warp & 1) + 8 * (i & 3) + 2 * (lane & 3);
+    } else {
+        tile_rc<KD, VT, NW>(warp, lane, i, r, c);
+    }
+}
+// acc += Aᵀ x B for this warp's quadrant (s_rc's SQ layout) of the 128 x 64 product: A stored
+// [KK][128] (stride lda, ldmatrix.trans), B stored [KK][64] (stride ldb, ldmatrix.trans); strides
+// as in mma_tiles. The same k steps in the same order per element as mma_tiles<128, 64, KK, 8,
+// true, true>.
+// (P is a parameter so that the call type-checks in the discarded branch of KD = 64 builds, whose
+// S tile has 4 tiles a thread; only P = 8 has a body)
+template <int KK, int P>
+__device__ __forceinline__ void mma_squad(float (&acc)[P][4], const u16* A, int lda, const u16* B, int ldb,
+                                          int warp, int lane) {
+    static_assert(KK % 16 == 0, "k steps");
+    if constexpr (P == 8) {
+        const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
+        const int r0 = 32 * (warp >> 1), c0 = 32 * (warp & 1);
+        const u32 as = smem_addr(A) + (u32)(((l7 + 8 * l16) * lda + r0 + 8 * l8) * 2);
+        const u32 bs = smem_addr(B) + (u32)(((l7 + 8 * l8) * ldb + c0 + 8 * l16) * 2);
+#pragma unroll
+        for (int ks = 0; ks < KK / 16; ++ks) {
+            u32 a[2][4], b[2][4];
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt)
+                ldsm_x4_t(as + (u32)((16 * ks * lda + 16 * rt) * 2), a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
+#pragma unroll
+            for (int np = 0; np < 2; ++np)
+                ldsm_x4_t(bs + (u32)((16 * ks * ldb + 16 * np) * 2), b[np][0], b[np][1], b[np][2], b[np][3]);
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+                for (int np = 0; np < 2; ++np) {
+                    mma16816(acc[4 * rt + 2 * np], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][0], b[np][1]);
+                    mma16816(acc[4 * rt + 2 * np + 1], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][2], b[np][3]);
+                }
         }
     }
 }
@@ -670,10 +742,13 @@ __device__ __forceinline__ void publish_ready(const Params& p, int it) {
 // (before A and P are stored over the previous head's copy sources).
 // (FT: `early` runs once the diagonal blocks of T are solved, before the merges: the fused T-form
 // issues its first state tile's loads there, so their latency overlaps the rest of the stage)
+// (QZ, the fused T-form's quadrant form: T_u and T_w are not built in their upper right
+// quadrant, which its LOW products never read)
 struct NoEarly {
     __device__ __forceinline__ void operator()() const {}
 };
-template <bool KDA, bool DIRECT = false, bool TONLY = false, bool FT = false, typename EarlyF = NoEarly>
+template <bool KDA, bool DIRECT = false, bool TONLY = false, bool FT = false, typename EarlyF = NoEarly,
+          bool QZ = false>
 __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, char* wdst = nullptr,
                             int publish = -1, int pair = 0, const EarlyF& early = EarlyF()) {
     typedef Lay<KDA, DIRECT> LY;
@@ -879,7 +954,8 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         zero_acc(akk);
         zero_acc(aqk);
         if constexpr (!(PROBE & 32)) {
-            mma_tiles2<CH, CH, KD, NTH / 32>(akk, aqk, Ks, Qs, KP, Ks, KP, warp, lane);
+            // (A and P are read on and below the diagonal: LOW leaves out the 12 tiles above it)
+            mma_tiles2<CH, CH, KD, NTH / 32, false, false, !NO_TRI_AP>(akk, aqk, Ks, Qs, KP, Ks, KP, warp, lane);
         }
         // (PAIR_WAITPREV: the previous head's bulk copies read A's and P's slots; their wait,
         // left out at its end, is here, after this head's products)
@@ -1206,7 +1282,11 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     TLM(3);
 
     // 3. T = (I + A)^-1 in f32: diagonal 16x16 blocks by forward substitution (warp r, lane =
-    //    column), then the off-diagonal blocks by doubling (below).
+    //    column), then the off-diagonal blocks by doubling (below). (Session 20: 32 x 32 diagonal
+    //    blocks by the same substitution on warps 0-1, without the doubling level for the 16-row
+    //    pairs, measured slower: 256x64 0.822 against 0.807 ms, diagonal stage 2,341 against ~1,000
+    //    cycles a CTA; bench/patches/s20d-s32.patch. The whole solve, PROBE 8, is 7.8 % of gdn
+    //    256x64 and 12.6 % of 16x1024: a chain of short dependent phases.)
     if (warp < 4 && lane < 16 && !(PROBE & 8)) {
         const int r = warp, l = lane;
         float col[16];
@@ -1359,8 +1439,19 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         u16* Twh = (u16*)(gst ? wdst + TLay::TWH : sm + FTLay::TW);
         u16* Tuh = gst ? (u16*)(wdst + TLay::TUH) : Tbh;
         u16* Tul = gst ? (u16*)(wdst + TLay::TUL) : Tbl;
-        for (int idx = tid; idx < CH * CH / 2; idx += NTH) {
-            const int i = idx >> 5, j = 2 * (idx & 31);
+        // (QZ, the fused T-form's quadrant form, whose mma_quad LOW never reads the upper right
+        // 32 x 32 quadrant: only the other three are built, 6 pairs a thread, not 8)
+        constexpr bool SKIPQ = FT && QZ && !NO_TRI_QUAD;
+        for (int idx = tid; idx < (SKIPQ ? 3 * CH * CH / 8 : CH * CH / 2); idx += NTH) {
+            int i, j;
+            if (SKIPQ && idx < CH * CH / 8) {  // (rows 0-31, columns 0-31; warp-uniform)
+                i = idx >> 4;
+                j = 2 * (idx & 15);
+            } else {
+                const int u = SKIPQ ? idx + CH * CH / 8 : idx;  // (rows 32-63 from pair 1024)
+                i = u >> 5;
+                j = 2 * (u & 31);
+            }
             const bool in = (j >> 4) <= (i >> 4);
             const float a0 = in ? Tf[i * 65 + j] : 0.0f, a1 = in ? Tf[i * 65 + j + 1] : 0.0f;
             const float t0 = a0 * Bs[j], t1 = a1 * Bs[j + 1];
@@ -1372,7 +1463,15 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         if constexpr (!FT) fence_proxy_async();
         __syncthreads();
         TLM(6);
-        if constexpr (FT) return;  // (the block stays in shared memory for fused_t)
+        if constexpr (FT) {  // (the block stays in shared memory for fused_t)
+#if PROBE & 256
+            if (tid == 0 && (hv + 7 * (t0 / CH)) % 61 == 5)
+                printf("TLF hv=%d t0=%d: load %lld cumsum %lld AP %lld diag %lld merge %lld tbuild %lld total %lld\n", hv,
+                       t0, tlc[1] - tlc[0], tlc[2] - tlc[1], tlc[3] - tlc[2], tlc[4] - tlc[3], tlc[5] - tlc[4],
+                       tlc[6] - tlc[5], tlc[6] - tlc[0]);
+#endif
+            return;
+        }
         static_assert(TLay::TUL == TLay::TUH + 64 * CP * 2, "T_u hi, lo adjacent (Tbl = Tbh + 64 CP)");
         if (tid == 0 && !(PROBE & 128) && !gst) {
             bulk_s2g(wdst + TLay::TWH, sm + FTLay::TW, 64 * CP * 2);
@@ -1602,7 +1701,7 @@ __device__ __forceinline__ void load_state(const Params& p, float (&acc)[Tiles<K
         }
     });
 }
-template <int VT, int NW>
+template <int VT, int NW, bool SQ = false>
 __device__ __forceinline__ void store_state(const Params& p,
                                             const float (&acc)[Tiles<KD, VT, NW>::PER][4],
                                             void* base, int dt, i64 slot, int v0) {
@@ -1612,7 +1711,7 @@ __device__ __forceinline__ void store_state(const Params& p,
 #pragma unroll
         for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) {
             int r, c;
-            tile_rc<KD, VT, NW>(warp, lane, i, r, c);
+            s_rc<VT, NW, SQ>(warp, lane, i, r, c);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int d = r + (e >> 1) * 8, v = v0 + c + (e & 1);
@@ -1623,14 +1722,14 @@ __device__ __forceinline__ void store_state(const Params& p,
 }
 // Sb [KD][VT + 8] = bf16(S) (row-major, as the accumulators hold it: one 32-bit store per pair,
 // rows 4 words apart mod 32 banks) for the next products, which read it with ldmatrix.trans.
-template <int VT, int NW>
+template <int VT, int NW, bool SQ = false>
 __device__ __forceinline__ void write_sb(const float (&acc)[Tiles<KD, VT, NW>::PER][4], u16* Sb) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     constexpr int VTP = VT + 8;
 #pragma unroll
     for (int i = 0; i < Tiles<KD, VT, NW>::PER; ++i) {
         int r, c;
-        tile_rc<KD, VT, NW>(warp, lane, i, r, c);
+        s_rc<VT, NW, SQ>(warp, lane, i, r, c);
         *(u32*)(Sb + r * VTP + c) = pack_mma(acc[i][0], acc[i][1]);
         *(u32*)(Sb + (r + 8) * VTP + c) = pack_mma(acc[i][2], acc[i][3]);
     }
@@ -1718,13 +1817,13 @@ __device__ __forceinline__ void state_chunk(const Params& p, float (&accS)[Tiles
 __device__ __forceinline__ i64 seq_start(const Params& p, int n) { return ld_i(p.cu_seqlens, n, p.off_dt); }
 
 // Writes checkpoint j (1-based count of `every` intervals) of sequence n if position pos ends one.
-template <int VT, int NW>
+template <int VT, int NW, bool SQ = false>
 __device__ __forceinline__ void maybe_checkpoint(const Params& p,
                                                  const float (&accS)[Tiles<KD, VT, NW>::PER][4],
                                                  int n, int hv, i64 pos, int v0) {
     if (p.ck_every > 0 && pos > 0 && pos % p.ck_every == 0) {
         const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
-        store_state<VT, NW>(p, accS, p.checkpoints, p.s_out_dt, slot, v0);
+        store_state<VT, NW, SQ>(p, accS, p.checkpoints, p.s_out_dt, slot, v0);
     }
 }
 
@@ -1814,32 +1913,39 @@ __device__ __forceinline__ FtStride ft_stride(const Params& p, i64 slot, int d0,
 // so tile i of a warp is 8 i columns right of its first): load (zeros without a state) / store.
 // In the kv layout an accumulator pair (c, c + 1) is adjacent in memory: one 8-byte (f32) or
 // 4-byte access for both, four lanes a full 32-byte sector; vk: one access an element.
-template <int VT, int NW>
+// Offset (elements) of tile i from tile 0 of a warp (channel stride sd, V-column stride se): 8 i
+// columns in the strips of Tiles<KD, VT, NW>, row tile i / 4 and column tile i % 4 in SQ's quadrants.
+template <bool SQ>
+__device__ __forceinline__ i64 ft_tile_off(int i, int sd, int se) {
+    return SQ ? (i64)(16 * (i >> 2)) * sd + (i64)(8 * (i & 3)) * se : (i64)(8 * i) * se;
+}
+template <int VT, int NW, bool SQ = false>
 __device__ __forceinline__ void ft_ld_s(const Params& p, float (&acc)[Tiles<KD, VT, NW>::PER][4],
                                         const void* base, int dt, i64 slot, int v0) {
     typedef Tiles<KD, VT, NW> TS;
-    static_assert(TS::NT % TS::PER == 0, "a warp's tiles in one tile row");
+    static_assert(SQ || TS::NT % TS::PER == 0, "a warp's tiles in one tile row");
     if (base == nullptr || slot < 0) {
         zero_acc(acc);
         return;
     }
     int r, c;
-    tile_rc<KD, VT, NW>(threadIdx.x >> 5, threadIdx.x & 31, 0, r, c);
+    s_rc<VT, NW, SQ>(threadIdx.x >> 5, threadIdx.x & 31, 0, r, c);
     const FtStride st = ft_stride(p, slot, r, v0 + c);
     with_dt(dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
         if (st.se == 1) {
 #pragma unroll
             for (int i = 0; i < TS::PER; ++i) {
+                const i64 o = SQ ? st.base + ft_tile_off<true>(i, st.sd, 1) : st.base + 8 * i;
                 float x[2], y[2];
-                ldv<DT, 2>(base, st.base + 8 * i, x);
-                ldv<DT, 2>(base, st.base + 8 * i + 8 * st.sd, y);
+                ldv<DT, 2>(base, o, x);
+                ldv<DT, 2>(base, o + 8 * st.sd, y);
                 acc[i][0] = x[0], acc[i][1] = x[1], acc[i][2] = y[0], acc[i][3] = y[1];
             }
         } else {
 #pragma unroll
             for (int i = 0; i < TS::PER; ++i) {
-                const i64 o = st.base + (i64)(8 * i) * st.se;
+                const i64 o = SQ ? st.base + ft_tile_off<true>(i, st.sd, st.se) : st.base + (i64)(8 * i) * st.se;
                 acc[i][0] = ldt<DT>(base, o);
                 acc[i][1] = ldt<DT>(base, o + st.se);
                 acc[i][2] = ldt<DT>(base, o + 8 * st.sd);
@@ -1848,25 +1954,26 @@ __device__ __forceinline__ void ft_ld_s(const Params& p, float (&acc)[Tiles<KD, 
         }
     });
 }
-template <int VT, int NW>
+template <int VT, int NW, bool SQ = false>
 __device__ __forceinline__ void ft_st_s(const Params& p, const float (&acc)[Tiles<KD, VT, NW>::PER][4], void* base,
                                         int dt, i64 slot, int v0) {
     typedef Tiles<KD, VT, NW> TS;
     int r, c;
-    tile_rc<KD, VT, NW>(threadIdx.x >> 5, threadIdx.x & 31, 0, r, c);
+    s_rc<VT, NW, SQ>(threadIdx.x >> 5, threadIdx.x & 31, 0, r, c);
     const FtStride st = ft_stride(p, slot, r, v0 + c);
     with_dt(dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
         if (st.se == 1) {
 #pragma unroll
             for (int i = 0; i < TS::PER; ++i) {
-                st2<DT>(base, st.base + 8 * i, acc[i][0], acc[i][1]);
-                st2<DT>(base, st.base + 8 * i + 8 * st.sd, acc[i][2], acc[i][3]);
+                const i64 o = SQ ? st.base + ft_tile_off<true>(i, st.sd, 1) : st.base + 8 * i;
+                st2<DT>(base, o, acc[i][0], acc[i][1]);
+                st2<DT>(base, o + 8 * st.sd, acc[i][2], acc[i][3]);
             }
         } else {
 #pragma unroll
             for (int i = 0; i < TS::PER; ++i) {
-                const i64 o = st.base + (i64)(8 * i) * st.se;
+                const i64 o = SQ ? st.base + ft_tile_off<true>(i, st.sd, st.se) : st.base + (i64)(8 * i) * st.se;
                 st1<DT>(base, o, acc[i][0]);
                 st1<DT>(base, o + st.se, acc[i][1]);
                 st1<DT>(base, o + 8 * st.sd, acc[i][2]);
@@ -1968,6 +2075,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
     constexpr int NW = NTH / 32, VT = F::VT, VTP = F::VTP;
     typedef Tiles<CH, VT, NW> TO;
     typedef Tiles<KD, VT, NW> TS;
+    constexpr bool SQ = QUAD && FT_SQ;  // (the S tile in quadrants: s_rc)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     static_assert(sizeof(FtItem) <= 48 && LY::STASH + 6 * 64 * 4 + 48 <= LY::TOTAL, "FtItem in the stash");
     FtItem* itm = (FtItem*)(sm + LY::STASH + 6 * 64 * 4);
@@ -2022,9 +2130,9 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
             // past L re-read row L - 1: T_u's columns there are zero)
             auto ld_s0 = [&](float (&s)[TS::PER][4], int v0) {
                 if (c == 0)
-                    ft_ld_s<VT, NW>(p, s, p.state_in, p.s_in_dt, itm->row0 < 0 ? (i64)-1 : itm->row0 * p.HV + itm->hv, v0);
+                    ft_ld_s<VT, NW, SQ>(p, s, p.state_in, p.s_in_dt, itm->row0 < 0 ? (i64)-1 : itm->row0 * p.HV + itm->hv, v0);
                 else
-                    ft_ld_s<VT, NW>(p, s, p.state_out, DT_F32, fslot_of(), v0);
+                    ft_ld_s<VT, NW, SQ>(p, s, p.state_out, DT_F32, fslot_of(), v0);
             };
             auto ld_vw = [&](uint2 (&w)[VE], int v0) {
                 if (!vraw) return;
@@ -2053,7 +2161,8 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                         ld_vw(vw, 0);
                     }
                 };
-                intra_chunk<false, true, true, true>(p, sm, t0_of(c), l_of(c), itm->hv, nullptr, -1, 0, early);
+                intra_chunk<false, true, true, true, decltype(early), QUAD>(p, sm, t0_of(c), l_of(c), itm->hv, nullptr, -1, 0,
+                                                                            early);
             } else {
                 intra_chunk<false, true, true, true>(p, sm, t0_of(c), l_of(c), itm->hv);  // (ends with a barrier)
             }
@@ -2093,7 +2202,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                     ld_vw(vw, v0);
                 }
                 if (vraw) {
-                    write_sb<VT, NW>(s0, Sb);
+                    write_sb<VT, NW, SQ>(s0, Sb);
 #pragma unroll
                     for (int e = 0; e < VE; ++e) {
                         const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
@@ -2109,7 +2218,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                             const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
                             ldv<DT, 4>(p.v, ((i64)(t0 + imin(t, L - 1)) * p.HV + hv) * VD + v0 + cc, vr[e]);
                         }
-                        write_sb<VT, NW>(s0, Sb);
+                        write_sb<VT, NW, SQ>(s0, Sb);
 #pragma unroll
                         for (int e = 0; e < VE; ++e) {
                             const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
@@ -2130,7 +2239,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                     float acc[8][4];
                     zero_acc(acc);
                     if (kg) mma_quad<KD>(acc, Ks, nullptr, KP, Sb, VTP, quad, lane);
-                    else mma_quad<CH, true>(acc, Tuh, Tul, CP, Vh, VTP, quad, lane);
+                    else mma_quad<CH, true, !NO_TRI_QUAD>(acc, Tuh, Tul, CP, Vh, VTP, quad, lane);
                     __syncthreads();  // (the V tile is dead: -X goes over it)
                     if (kg) {
 #pragma unroll
@@ -2157,7 +2266,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                             acc[i][3] *= f1;
                         }
                     } else {
-                        mma_quad<CH>(acc, Tw, nullptr, CP, XV, VTP, quad, lane);
+                        mma_quad<CH, false, !NO_TRI_QUAD>(acc, Tw, nullptr, CP, XV, VTP, quad, lane);
                     }
                     __syncthreads();  // (Sb and -X are dead)
                     if (!kg) {
@@ -2175,7 +2284,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                     __syncthreads();
                     FTL(3);
                     if (kg) {
-                        mma_quad<CH>(acc, Pm, nullptr, CP, XV, VTP, quad, lane);
+                        mma_quad<CH, false, !NO_TRI_QUAD>(acc, Pm, nullptr, CP, XV, VTP, quad, lane);
                         ft_store_o_quad(p, acc, t0_of(c), l_of(c), itm->hv, v0, quad, lane);
                     }
                 } else {
@@ -2224,10 +2333,11 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                     for (int i = 0; i < TS::PER; ++i)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) accS[i][e] *= gl;
-                    mma_tiles<KD, VT, CH, NW, true, true>(accS, Ks, KP, Vs, VTP, warp, lane);
-                    if (l_of(c) == CH) maybe_checkpoint<VT, NW>(p, accS, itm->n, itm->hv, (i64)(c + 1) * CH, v0);
+                    if constexpr (SQ) mma_squad<CH>(accS, Ks, KP, Vs, VTP, warp, lane);
+                    else mma_tiles<KD, VT, CH, NW, true, true>(accS, Ks, KP, Vs, VTP, warp, lane);
+                    if (l_of(c) == CH) maybe_checkpoint<VT, NW, SQ>(p, accS, itm->n, itm->hv, (i64)(c + 1) * CH, v0);
                     const i64 fslot = fslot_of();
-                    if (fslot >= 0) ft_st_s<VT, NW>(p, accS, p.state_out, c + 1 == nch ? p.s_out_dt : DT_F32, fslot, v0);
+                    if (fslot >= 0) ft_st_s<VT, NW, SQ>(p, accS, p.state_out, c + 1 == nch ? p.s_out_dt : DT_F32, fslot, v0);
                 }
                 __syncthreads();  // (Sb, Vs and XV are rewritten by the next tile or chunk)
                 FTL(4);
