@@ -97,3 +97,9 @@ round_means() {
 tlt_mean() {
   grep TLT "$1" | awk -v m="$2" '{for(i=1;i<=NF;i++){if($i=="intra")a+=$(i+1); if($i=="loads")b+=$(i+1); if($i=="step1")c+=$(i+1); if($i=="step2")d+=$(i+1); if($i=="step34")e+=$(i+1)}; n++} END {if(n) printf "P%s n=%d intra %.0f loads %.0f step1 %.0f step2 %.0f step34 %.0f total %.0f\n", m, n, a/n, b/n, c/n, d/n, e/n, (a+b+c+d+e)/n}'
 }
+
+# (session 20) Mean phase cycles of the fused T-form's intra stage (TLF lines, PROBE 256) in log
+# $1, labelled P$2.
+tlf_mean() {
+  grep TLF "$1" | awk -v m="$2" '{for(i=1;i<=NF;i++){if($i=="load")a+=$(i+1); if($i=="cumsum")b+=$(i+1); if($i=="AP")c+=$(i+1); if($i=="diag")d+=$(i+1); if($i=="merge")e+=$(i+1); if($i=="tbuild")f+=$(i+1)}; n++} END {if(n) printf "P%s n=%d load %.0f cumsum %.0f AP %.0f diag %.0f merge %.0f tbuild %.0f total %.0f\n", m, n, a/n, b/n, c/n, d/n, e/n, f/n, (a+b+c+d+e+f)/n}'
+}
