@@ -50,7 +50,7 @@ PYTHONUNBUFFERED=1 timeout $left python3 bench/fla_bench.py --shapes gdn-16/32-2
   gdn-16/32-1x32768 gdn-4/8-1x8192 gdn-decode-16/32-256x1 kda-32/32-1x8192 kda-64/64-1x8192 > "$OUT/fla.jsonl" 2> "$OUT/fla.err"
 echo "fla rc=$? at ${SECONDS}s"; tail -2 "$OUT/fla.err"
 python3 bench/anchor_table.py "$OUT/ours.jsonl" "$OUT/fla.jsonl"
-left=$((530 - SECONDS))
+left=$((490 - SECONDS))
 echo "== the whole device-test suite at ${SECONDS}s (time-boxed: ${left}s)"
 if [ $left -gt 30 ]; then
   timeout $left .dev/bin/cuda_device --test-threads=1 --nocapture > "$OUT/dev_all.log" 2>&1
