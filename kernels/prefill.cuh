@@ -387,16 +387,19 @@ __device__ __forceinline__ void quad_rc(int quad, int lane, int i, int& r, int& 
 // acc += A1 x B (+ A2 x B where A2 is given, each B fragment loaded once): A row-major [64][KK]
 // (stride lda), B stored [KK][64] (stride ldb, ldmatrix.trans); strides as in mma_tiles. LOW:
 // A is lower triangular (zero above the diagonal: T_u, T_w, P), so the upper quadrants' k steps
-// past their last row are left out (a quarter of the k steps of the four quadrants).
+// past their last row are left out (a quarter of the k steps of the four quadrants). AT: A
+// stored transposed, [KK][M] (ldmatrix.trans), and `quad` up to M / 16 - 1 (rows 32 (quad / 2):
+// the S update's 128 x 64 product over eight warps, mma_squad).
 constexpr bool NO_TRI_QUAD = (PROBE & 524288) != 0;
-template <int KK, bool TWO = false, bool LOW = false>
+template <int KK, bool TWO = false, bool LOW = false, bool AT = false>
 __device__ __forceinline__ void mma_quad(float (&acc)[8][4], const u16* A1, const u16* A2, int lda, const u16* B,
                                          int ldb, int quad, int lane) {
     static_assert(KK % 16 == 0, "k steps");
-    static_assert(!LOW || KK == 64, "LOW: A is [64][64]");
+    static_assert(!LOW || (KK == 64 && !AT), "LOW: A is [64][64], row-major");
     const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
     const int r0 = 32 * (quad >> 1), c0 = 32 * (quad & 1);
-    const u32 a_lane = (u32)(((r0 + l7 + 8 * l8) * lda + 8 * l16) * 2);
+    const u32 a_lane = AT ? (u32)(((l7 + 8 * l16) * lda + r0 + 8 * l8) * 2)
+                          : (u32)(((r0 + l7 + 8 * l8) * lda + 8 * l16) * 2);
     const u32 b_lane = (u32)(((l7 + 8 * l8) * ldb + c0 + 8 * l16) * 2);
     const u32 a1s = smem_addr(A1) + a_lane, b0s = smem_addr(B) + b_lane;
     const u32 a2s = TWO ? smem_addr(A2) + a_lane : 0u;
@@ -407,8 +410,12 @@ __device__ __forceinline__ void mma_quad(float (&acc)[8][4], const u16* A1, cons
         // (the two row tiles of A at as; their products with both B fragment pairs)
         auto ld_a = [&](u32 as) {
 #pragma unroll
-            for (int rt = 0; rt < 2; ++rt)
-                ldsm_x4(as + (u32)((16 * rt * lda + 16 * ks) * 2), a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
+            for (int rt = 0; rt < 2; ++rt) {
+                if constexpr (AT)
+                    ldsm_x4_t(as + (u32)((16 * ks * lda + 16 * rt) * 2), a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
+                else
+                    ldsm_x4(as + (u32)((16 * rt * lda + 16 * ks) * 2), a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
+            }
         };
         auto mmas = [&]() {
 #pragma unroll
@@ -449,38 +456,14 @@ __device__ __forceinline__ void s_rc(int warp, int lane, int i, int& r, int& c) 
     }
 }
 // acc += Aᵀ x B for this warp's quadrant (s_rc's SQ layout) of the 128 x 64 product: A stored
-// [KK][128] (stride lda, ldmatrix.trans), B stored [KK][64] (stride ldb, ldmatrix.trans); strides
-// as in mma_tiles. The same k steps in the same order per element as mma_tiles<128, 64, KK, 8,
-// true, true>.
-// (P is a parameter so that the call type-checks in the discarded branch of KD = 64 builds, whose
-// S tile has 4 tiles a thread; only P = 8 has a body)
+// [KK][128] (stride lda), B stored [KK][64] (stride ldb), both read with ldmatrix.trans; the same
+// k steps in the same order per element as mma_tiles<128, 64, KK, 8, true, true>. (P is a
+// parameter so that the call type-checks in the discarded branch of KD = 64 builds, whose S tile
+// has 4 tiles a thread; only P = 8 has a body.)
 template <int KK, int P>
 __device__ __forceinline__ void mma_squad(float (&acc)[P][4], const u16* A, int lda, const u16* B, int ldb,
                                           int warp, int lane) {
-    static_assert(KK % 16 == 0, "k steps");
-    if constexpr (P == 8) {
-        const int l7 = lane & 7, l8 = (lane >> 3) & 1, l16 = lane >> 4;
-        const int r0 = 32 * (warp >> 1), c0 = 32 * (warp & 1);
-        const u32 as = smem_addr(A) + (u32)(((l7 + 8 * l16) * lda + r0 + 8 * l8) * 2);
-        const u32 bs = smem_addr(B) + (u32)(((l7 + 8 * l8) * ldb + c0 + 8 * l16) * 2);
-#pragma unroll
-        for (int ks = 0; ks < KK / 16; ++ks) {
-            u32 a[2][4], b[2][4];
-#pragma unroll
-            for (int rt = 0; rt < 2; ++rt)
-                ldsm_x4_t(as + (u32)((16 * ks * lda + 16 * rt) * 2), a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
-#pragma unroll
-            for (int np = 0; np < 2; ++np)
-                ldsm_x4_t(bs + (u32)((16 * ks * ldb + 16 * np) * 2), b[np][0], b[np][1], b[np][2], b[np][3]);
-#pragma unroll
-            for (int rt = 0; rt < 2; ++rt)
-#pragma unroll
-                for (int np = 0; np < 2; ++np) {
-                    mma16816(acc[4 * rt + 2 * np], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][0], b[np][1]);
-                    mma16816(acc[4 * rt + 2 * np + 1], a[rt][0], a[rt][1], a[rt][2], a[rt][3], b[np][2], b[np][3]);
-                }
-        }
-    }
+    if constexpr (P == 8) mma_quad<KK, false, false, true>(acc, A, nullptr, lda, B, ldb, warp, lane);
 }
 
 __host__ __device__ constexpr int align16(int x) { return (x + 15) / 16 * 16; }
