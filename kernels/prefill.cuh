@@ -52,6 +52,8 @@
 // triangular operands computed as well (the products before session 20): 262144 step 2's A, P
 // (mma_tiles2's LOW), 524288 the fused T-form's T_u, T_w and P products (mma_quad's LOW);
 // 1048576 the fused T-form's S tile in Tiles<128, 64, 8> strips, not quadrants (FT_SQ).
+// T solve (diagnosis, session 20): 4194304 mma_f32x3 with a second accumulator, 8388608 no
+// doubling (diagonal blocks only; results wrong).
 // Fused T-form (fused_t): 256 a clock64 timeline too (TLT lines), 8192 no intra stage (the state
 // part on stale shared memory), 16384 no state part; its PIPE form (`fusedtq`): 32768 without the
 // early loads of the first tile, 65536 with V loaded and converted as without PIPE.
@@ -104,7 +106,9 @@ __device__ __forceinline__ void split_bf16x2(float x, float y, u32& hi, u32& lo)
 // f32, row stride ldb), both in shared memory, as hi·hi + hi·lo + lo·hi bf16 products with f32
 // accumulation (~2^-16 relative: f32-class for the T merges). Fragments are loaded per lane
 // (m16n8k16 layout: A rows g, g + 8 and columns 2q, 2q + 1, 2q + 8, 2q + 9; B rows 2q, 2q + 1,
-// 2q + 8, 2q + 9 and column g).
+// 2q + 8, 2q + 9 and column g). (Diagnosis, PROBE 4194304: the two small products into a second
+// accumulator, added at the end: two dependent mma a call, not three.)
+constexpr bool F32X3_SPLIT = (PROBE & 4194304) != 0;
 __device__ __forceinline__ void mma_f32x3(float (&c)[4], const float* A, int lda, const float* B, int ldb,
                                           int lane) {
     const int g = lane >> 2, q2 = 2 * (lane & 3);
@@ -118,9 +122,18 @@ __device__ __forceinline__ void mma_f32x3(float (&c)[4], const float* A, int lda
     split_bf16x2(a1[8], a1[9], ah[3], al[3]);
     split_bf16x2(b[0], b[ldb], bh0, bl0);
     split_bf16x2(b[8 * ldb], b[9 * ldb], bh1, bl1);
-    mma16816_bf16(c, al, bh0, bh1);
-    mma16816_bf16(c, ah, bl0, bl1);
-    mma16816_bf16(c, ah, bh0, bh1);
+    if constexpr (F32X3_SPLIT) {
+        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma16816_bf16(t, al, bh0, bh1);
+        mma16816_bf16(c, ah, bh0, bh1);
+        mma16816_bf16(t, ah, bl0, bl1);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[e] += t[e];
+    } else {
+        mma16816_bf16(c, al, bh0, bh1);
+        mma16816_bf16(c, ah, bl0, bl1);
+        mma16816_bf16(c, ah, bh0, bh1);
+    }
 }
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
@@ -1292,8 +1305,9 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     // halves (blocks (2,0), (2,1), (3,0), (3,1)): four products, four barriers. Operands are the
     // f32 A and T in shared memory, split into bf16 hi + lo (mma_f32x3: ~2^-16 relative, the
     // precision of the hi + lo T' that W and U are built from). (The f32 CUDA-core merge by block
-    // distance, six barriers, is PROBE bit 512: session 5 measured it at ~3,800 cycles a chunk.)
-    if (!(PROBE & 8)) {
+    // distance, six barriers, is PROBE bit 512: session 5 measured it at ~3,800 cycles a chunk.
+    // Diagnosis, PROBE 8388608: the doubling left out, the diagonal blocks kept.)
+    if (!(PROBE & (8 | 8388608))) {
         float* Ms = (float*)(sm + LY::TMP);
         const int g = lane >> 2, q2 = 2 * (lane & 3);
         if (warp < 4) {  // X_b = A_{2b+1, 2b} T_{2b, 2b} (16 x 16), warp: b = warp / 2, 8 columns
