@@ -16,8 +16,8 @@ B=.dev/bin/deltarule
 G="tests/golden/shared/*.safetensors"
 echo "== correctness at ${SECONDS}s"
 for b in cuda:chunked cuda:small-bh; do
-  DELTARULE_CUDA_PROBE=4194304 timeout 40 $B diff --case $G --backend $b > "$OUT/d_$b.log" 2>&1
-  echo "P4194304 diff $b rc=$? $(tail -1 "$OUT/d_$b.log") $(grep -E ' expected ' "$OUT/d_$b.log" | grep gdn | awk '{printf "%s/%s ", $4, $6}')"
+  DELTARULE_CUDA_PROBE=4194304 timeout 40 $B diff --case $G --backend $b > "$OUT/d_${b/:/_}.log" 2>&1
+  echo "P4194304 diff $b rc=$? $(tail -1 "$OUT/d_${b/:/_}.log") $(grep -E ' expected ' "$OUT/d_${b/:/_}.log" | grep gdn | awk '{printf "%s/%s ", $4, $6}')"
 done
 DELTARULE_CUDA_PROBE=4194304 timeout 60 .dev/bin/cuda_device --test-threads=1 --nocapture chunked_long > "$OUT/dev_c.log" 2>&1
 echo "P4194304 device chunked_long rc=$?"; grep -E "test result|panicked|sequences on" "$OUT/dev_c.log" | head -4
