@@ -103,3 +103,11 @@ tlt_mean() {
 tlf_mean() {
   grep TLF "$1" | awk -v m="$2" '{for(i=1;i<=NF;i++){if($i=="load")a+=$(i+1); if($i=="cumsum")b+=$(i+1); if($i=="AP")c+=$(i+1); if($i=="diag")d+=$(i+1); if($i=="merge")e+=$(i+1); if($i=="tbuild")f+=$(i+1)}; n++} END {if(n) printf "P%s n=%d load %.0f cumsum %.0f AP %.0f diag %.0f merge %.0f tbuild %.0f total %.0f\n", m, n, a/n, b/n, c/n, d/n, e/n, f/n, (a+b+c+d+e+f)/n}'
 }
+
+# (session 20) One timed row of variant (PROBE bits) $2 in round $1: `deltarule bench` (medians of
+# 30) on backend $3 and shape $4, appended to $OUT/t.log as "r<round> m<bits> <row>" for
+# round_means. (Session 20's calls ran it inline, with a 40 s box for the 256x64 rows.)
+probe_row() {
+  DELTARULE_CUDA_PROBE=$2 timeout 60 $B bench --backend "$3" --shape "$4" --iters 30 2>&1 | grep -E "^(gdn|kda)" \
+    | grep -v generating | sed "s/^/r$1 m$2 /" | tee -a "$OUT/t.log"
+}

@@ -10,7 +10,7 @@
 # Carry: .dev/pack (PROBES="1048576 1835008 786432 8 256" bash bench/pack_s15.sh)
 set -uo pipefail
 source bench/h200_env.sh
-source bench/h200_lib.sh  # (round_means, tlt_mean, tlf_mean)
+source bench/h200_lib.sh  # (probe_row, round_means, tlt_mean, tlf_mean)
 B=.dev/bin/deltarule
 G="tests/golden/shared/*.safetensors"
 G128=tests/golden/shared/gdn_gva_varlen_state.safetensors
@@ -34,10 +34,10 @@ echo "== timings at ${SECONDS}s"
 timeout 60 $B bench --backend cuda:chunked --shape gdn-16/32-256x64 --iters 5 > /dev/null 2>&1
 for round in 1 2 3; do
   for pr in 0 1048576 1835008; do
-    DELTARULE_CUDA_PROBE=$pr timeout 40 $B bench --backend cuda:chunked --shape gdn-16/32-256x64 --iters 30 2>&1 | grep -E "^gdn" | grep -v generating | sed "s/^/r$round m$pr /" | tee -a "$OUT/t.log"
+    probe_row $round $pr cuda:chunked gdn-16/32-256x64
   done
   for pr in 0 786432; do
-    DELTARULE_CUDA_PROBE=$pr timeout 60 $B bench --backend cuda --shape gdn-16/32-16x1024 --iters 30 2>&1 | grep -E "^gdn" | grep -v generating | sed "s/^/r$round m$pr /" | tee -a "$OUT/t.log"
+    probe_row $round $pr cuda gdn-16/32-16x1024
   done
 done
 for sh in 256x64 16x1024; do
