@@ -468,6 +468,48 @@ __device__ __forceinline__ void s_rc(int warp, int lane, int i, int& r, int& c) 
         tile_rc<KD, VT, NW>(warp, lane, i, r, c);
     }
 }
+// CPERM (session 21): the quadrant S tile, the V tile and the o tile of the fused T-form hold
+// their V columns in an internal order: internal column 32 h + 8 ct + 2 q + e (h the half, ct the
+// accumulator's column tile, q = lane % 4, e the pair element) is physical column 32 h + 8 q +
+// 2 ct + e (cperm, an involution). Every product reads and writes internal columns, so only the
+// accesses to device memory (S0, the state and checkpoint stores, V rows, o) map them; a lane's
+// four column tiles of a row are then 8 consecutive physical columns: one 16-byte access (or
+// two, f32) where there were four of 4 or 8 bytes, half the L1 wavefronts of the state loads
+// and stores. PROBE 1024: the identity order (session 20's accesses).
+constexpr bool FT_CPERM = FT_SQ && (PROBE & 1024) == 0;
+__device__ __forceinline__ int cperm(int c) { return (c & ~31) | ((c & 6) << 2) | ((c >> 2) & 6) | (c & 1); }
+// 8 consecutive elements from element i (a multiple of 8; the address 16-byte aligned): two
+// 16-byte loads (f32) or one (16-bit types); and the store.
+template <int DT>
+__device__ __forceinline__ void ld8(const void* p, i64 i, float (&f)[8]) {
+    if constexpr (DT == DT_F32) {
+        const float4 a = *(const float4*)((const float*)p + i), b = *(const float4*)((const float*)p + i + 4);
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    } else {
+        const uint4 w = *(const uint4*)((const u16*)p + i);
+        const u32 x[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const u16 lo = (u16)(x[j] & 0xffffu), hi = (u16)(x[j] >> 16);
+            f[2 * j] = DT == DT_BF16 ? bf16_to_f32(lo) : f16_to_f32(lo);
+            f[2 * j + 1] = DT == DT_BF16 ? bf16_to_f32(hi) : f16_to_f32(hi);
+        }
+    }
+}
+template <int DT>
+__device__ __forceinline__ void st8(void* p, i64 i, const float (&f)[8]) {
+    if constexpr (DT == DT_F32) {
+        *(float4*)((float*)p + i) = make_float4(f[0], f[1], f[2], f[3]);
+        *(float4*)((float*)p + i + 4) = make_float4(f[4], f[5], f[6], f[7]);
+    } else {
+        u32 x[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            x[j] = DT == DT_BF16 ? pack_bf16x2(f[2 * j], f[2 * j + 1]) : pack_f16x2(f[2 * j], f[2 * j + 1]);
+        *(uint4*)((u16*)p + i) = make_uint4(x[0], x[1], x[2], x[3]);
+    }
+}
+__device__ __forceinline__ bool al16(const void* p) { return ((unsigned long long)p & 15) == 0; }
 // acc += Aᵀ x B for this warp's quadrant (s_rc's SQ layout) of the 128 x 64 product: A stored
 // [KK][128] (stride lda), B stored [KK][64] (stride ldb), both read with ldmatrix.trans; the same
 // k steps in the same order per element as mma_tiles<128, 64, KK, 8, true, true>. (P is a
@@ -942,6 +984,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
         __syncthreads();
     }
     TLM(2);
+    if constexpr (FT && ((PROBE & 2097152) != 0)) early();  // (EARLY_AT 2)
 
     // 2. A (f32, strictly lower, β_i folded) and P (lower incl. diagonal, scale folded).
     if constexpr (!KDA) {
@@ -1283,6 +1326,11 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     //    pairs, measured slower: 256x64 0.822 against 0.807 ms, diagonal stage 2,341 against ~1,000
     //    cycles a CTA; bench/patches/s20d-s32.patch. The whole solve, PROBE 8, is 7.8 % of gdn
     //    256x64 and 12.6 % of 16x1024: a chain of short dependent phases.)
+    // (FT's early loads: EARLY_AT 0 after the diagonal blocks (session 17), 1 before them
+    // (session 21: the loads' issue overlaps the substitution, on four half-warps, instead of the
+    // merges' shared loads), 2 before step 2)
+    constexpr int EARLY_AT = (PROBE & 2097152) ? 2 : (PROBE & 16777216) ? 0 : 1;
+    if constexpr (FT && EARLY_AT == 1) early();
     if (warp < 4 && lane < 16 && !(PROBE & 8)) {
         const int r = warp, l = lane;
         float col[16];
@@ -1298,7 +1346,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
     }
     __syncthreads();
     TLM(4);
-    if constexpr (FT) early();
+    if constexpr (FT && EARLY_AT == 0) early();
 #if !(PROBE & 512)
     // Off-diagonal blocks by doubling, on tensor cores: inv([[A, 0], [C, D]]) = [[A⁻¹, 0],
     // [-D⁻¹ C A⁻¹, D⁻¹]], first for the 16-row pairs (blocks (1,0), (3,2)), then for the 32-row
@@ -1711,7 +1759,8 @@ __device__ __forceinline__ void store_state(const Params& p,
             s_rc<VT, NW, SQ>(warp, lane, i, r, c);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int d = r + (e >> 1) * 8, v = v0 + c + (e & 1);
+                const int cc = c + (e & 1);
+                const int d = r + (e >> 1) * 8, v = v0 + (SQ && FT_CPERM ? cperm(cc) : cc);
                 st1<DT>(base, slot * KD * VD + state_off(p.layout, d, v, KD, VD), acc[i][e]);
             }
         }
@@ -1927,10 +1976,33 @@ __device__ __forceinline__ void ft_ld_s(const Params& p, float (&acc)[Tiles<KD, 
     }
     int r, c;
     s_rc<VT, NW, SQ>(threadIdx.x >> 5, threadIdx.x & 31, 0, r, c);
-    const FtStride st = ft_stride(p, slot, r, v0 + c);
+    constexpr bool CPM = SQ && FT_CPERM;
+    const FtStride st = ft_stride(p, slot, r, v0 + (CPM ? cperm(c) : c));
     with_dt(dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
-        if (st.se == 1) {
+        if constexpr (CPM) {
+            // (row tile rt, row half hf: the lane's 8 consecutive physical columns are its
+            // column tiles ct = 0..3, pairs 2 ct, 2 ct + 1)
+            const bool vec = st.se == 1 && al16(base);
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const i64 o = st.base + (i64)(16 * rt + 8 * hf) * st.sd;
+                    float f[8];
+                    if (vec) {
+                        ld8<DT>(base, o, f);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) f[j] = ldt<DT>(base, o + (i64)j * st.se);
+                    }
+#pragma unroll
+                    for (int ct = 0; ct < 4; ++ct) {
+                        acc[4 * rt + ct][2 * hf] = f[2 * ct];
+                        acc[4 * rt + ct][2 * hf + 1] = f[2 * ct + 1];
+                    }
+                }
+        } else if (st.se == 1) {
 #pragma unroll
             for (int i = 0; i < TS::PER; ++i) {
                 const i64 o = SQ ? st.base + ft_tile_off<true>(i, st.sd, 1) : st.base + 8 * i;
@@ -1957,10 +2029,31 @@ __device__ __forceinline__ void ft_st_s(const Params& p, const float (&acc)[Tile
     typedef Tiles<KD, VT, NW> TS;
     int r, c;
     s_rc<VT, NW, SQ>(threadIdx.x >> 5, threadIdx.x & 31, 0, r, c);
-    const FtStride st = ft_stride(p, slot, r, v0 + c);
+    constexpr bool CPM = SQ && FT_CPERM;
+    const FtStride st = ft_stride(p, slot, r, v0 + (CPM ? cperm(c) : c));
     with_dt(dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
-        if (st.se == 1) {
+        if constexpr (CPM) {  // (as in ft_ld_s)
+            const bool vec = st.se == 1 && al16(base);
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const i64 o = st.base + (i64)(16 * rt + 8 * hf) * st.sd;
+                    float f[8];
+#pragma unroll
+                    for (int ct = 0; ct < 4; ++ct) {
+                        f[2 * ct] = acc[4 * rt + ct][2 * hf];
+                        f[2 * ct + 1] = acc[4 * rt + ct][2 * hf + 1];
+                    }
+                    if (vec) {
+                        st8<DT>(base, o, f);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) st1<DT>(base, o + (i64)j * st.se, f[j]);
+                    }
+                }
+        } else if (st.se == 1) {
 #pragma unroll
             for (int i = 0; i < TS::PER; ++i) {
                 const i64 o = SQ ? st.base + ft_tile_off<true>(i, st.sd, 1) : st.base + 8 * i;
@@ -2049,6 +2142,33 @@ __device__ __forceinline__ void ft_store_o_quad(const Params& p, const float (&a
                                                 int v0, int quad, int lane) {
     with_dt(p.out_dt, [&](auto D) {
         constexpr int DT = decltype(D)::value;
+        if constexpr (FT_CPERM) {  // (internal columns: a lane's 8 physical columns of a row)
+            const bool vec = al16(p.o);
+            int r, cc;
+            quad_rc(quad, lane, 0, r, cc);
+            const i64 ob = ((i64)(t0 + r) * p.HV + hv) * VD + v0 + cperm(cc);
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int rr = r + 16 * rt + 8 * hf;
+                    if (rr >= L) continue;
+                    const i64 o = ob + (i64)(16 * rt + 8 * hf) * p.HV * VD;
+                    float f[8];
+#pragma unroll
+                    for (int ct = 0; ct < 4; ++ct) {
+                        f[2 * ct] = acc[4 * rt + ct][2 * hf];
+                        f[2 * ct + 1] = acc[4 * rt + ct][2 * hf + 1];
+                    }
+                    if (vec) {
+                        st8<DT>(p.o, o, f);
+                    } else {
+#pragma unroll
+                        for (int ct = 0; ct < 4; ++ct) st2<DT>(p.o, o + 2 * ct, f[2 * ct], f[2 * ct + 1]);
+                    }
+                }
+            return;
+        }
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             int r, cc;
@@ -2073,6 +2193,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
     typedef Tiles<CH, VT, NW> TO;
     typedef Tiles<KD, VT, NW> TS;
     constexpr bool SQ = QUAD && FT_SQ;  // (the S tile in quadrants: s_rc)
+    constexpr bool CPM = SQ && FT_CPERM;  // (internal V columns: cperm)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     static_assert(sizeof(FtItem) <= 48 && LY::STASH + 6 * 64 * 4 + 48 <= LY::TOTAL, "FtItem in the stash");
     FtItem* itm = (FtItem*)(sm + LY::STASH + 6 * 64 * 4);
@@ -2198,12 +2319,21 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
                     ld_s0(s0, v0);
                     ld_vw(vw, v0);
                 }
+                // (CPM: physical columns cc .. cc + 3 are two pairs of internal columns)
+                auto st_v = [&](int t, int cc, uint2 w) {
+                    if constexpr (CPM) {
+                        *(u32*)(Vh + t * VTP + cperm(cc)) = w.x;
+                        *(u32*)(Vh + t * VTP + cperm(cc + 2)) = w.y;
+                    } else {
+                        *(uint2*)(Vh + t * VTP + cc) = w;
+                    }
+                };
                 if (vraw) {
                     write_sb<VT, NW, SQ>(s0, Sb);
 #pragma unroll
                     for (int e = 0; e < VE; ++e) {
                         const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
-                        *(uint2*)(Vh + t * VTP + cc) = vw[e];
+                        st_v(t, cc, vw[e]);
                     }
                 } else {
                     with_dt(p.qkv_dt, [&](auto D) {
@@ -2219,8 +2349,7 @@ __device__ void fused_t_item(const Params& p, char* sm, int it, int n, int hv) {
 #pragma unroll
                         for (int e = 0; e < VE; ++e) {
                             const int u = tid + NTH * e, t = u / (VT / 4), cc = 4 * (u % (VT / 4));
-                            *(uint2*)(Vh + t * VTP + cc) =
-                                make_uint2(pack_mma(vr[e][0], vr[e][1]), pack_mma(vr[e][2], vr[e][3]));
+                            st_v(t, cc, make_uint2(pack_mma(vr[e][0], vr[e][1]), pack_mma(vr[e][2], vr[e][3])));
                         }
                     });
                 }
