@@ -2,7 +2,8 @@
 # bench/h200_s22a.sh: session 22, closing call for issue 4, part 1 (tree of session 21, ae5d95c's
 # kernels): every correctness check of the acceptance list on one tree, then the anchors through
 # auto and flash-linear-attention 0.6.0 in the same call, and the table. Part 2 (h200_s22b.sh)
-# runs FlashQLA 0.1.3 beside ours (its wheels and fla's do not fit one carry together).
+# runs FlashQLA 0.1.3 beside ours (both parts together run past one call's 10-minute limit:
+# 454 s and 287 s; bench/h200_cuda.sh runs ours, fla and FlashQLA in one call when time allows).
 #   1. the whole CUDA device-test suite, conformance `cuda::`, golden diffs through cuda,
 #      cuda:chunked, cuda:small-bh and the small-bh T-form forced, memcheck of the sanitizer
 #      subset (cuda_checks in h200_lib.sh), all with DELTARULE_REQUIRE_CUDA=1;
