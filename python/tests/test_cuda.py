@@ -265,7 +265,7 @@ def test_the_workspace_comes_from_torch_per_call_and_is_released():
         torch.cuda.reset_peak_memory_stats()
         torch.ops.deltarule.gdn_prefill(*op_args("gdn", "prefill", d, o))
         torch.cuda.synchronize()
-        need = [n for (op_, mode, be, dev, nat), n in ops._WS_BYTES.items()
+        need = [n for (op_, _mode, _be, _dev, nat, _max_seq), n in ops._WS_BYTES.items()
                 if op_ == "gdn" and nat[0][0] == T]
         assert need and need[-1] > 0, f"T={T}: no workspace size cached"
         assert torch.cuda.max_memory_allocated() >= held + need[-1], f"T={T}: not from torch"
