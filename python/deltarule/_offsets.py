@@ -108,8 +108,35 @@ def longest_hint(cu: Optional[List[int]]) -> Optional[int]:
     cache small when lengths vary from call to call."""
     if cu is None:
         return None
-    m = max((b - a for a, b in zip(cu, cu[1:])), default=0)
-    return 0 if m <= 0 else min(1 << (m - 1).bit_length(), cu[-1])
+    return round_hint(max((b - a for a, b in zip(cu, cu[1:])), default=0), cu[-1])
+
+
+def round_hint(m: int, T: int) -> int:
+    """A longest-sequence length ``m`` rounded up to a power of two and capped at ``T`` (0 for
+    none): the value ``longest_hint`` derives and a caller's ``max_seqlen`` is turned into."""
+    return 0 if m <= 0 else min(1 << (m - 1).bit_length(), T)
+
+
+def resolve_hint(read: Optional[int], declared: Optional[int], T: int) -> Optional[int]:
+    """The selection's hint: the one read from the offsets (``longest_hint``) when they
+    were read, else the caller's ``max_seqlen`` rounded the same way; a declared value below the
+    read one is an error."""
+    if declared is None:
+        return read
+    if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
+        raise ValueError(
+            f"invalid argument `max_seqlen`: expected a non-negative int (the longest sequence's "
+            f"tokens) or None, got {declared!r}"
+        )
+    given = round_hint(declared, T)
+    if read is None:
+        return given
+    if given < read:
+        raise ValueError(
+            f"invalid argument `max_seqlen`: expected at least the longest sequence of "
+            f"`cu_seqlens`, which has more than {given} tokens, got {declared}"
+        )
+    return read
 
 
 def clear() -> None:

@@ -3,7 +3,10 @@ implementation, see ``ops.call_eager``), return the tensors.
 
 ``gdn_prefill(q, k, v, g, beta, cu_seqlens, ...)`` and the three others mirror the ops of
 ``deltarule.ops``; pass ``state_pool`` + ``state_indices`` for model-owned states updated in place,
-or ``initial_state`` and ``output_final_state=True`` for dense states. ``reference(...)`` runs the
+or ``initial_state`` and ``output_final_state=True`` for dense states. ``max_seqlen`` (optional,
+like flash-attn's): the longest sequence's tokens, for the kernel selection when the offsets are not
+read on the host, i.e. under CUDA-graph capture (eager calls read them once per offsets tensor and
+raise if the declared value is too small; see ``ops``). ``reference(...)`` runs the
 engine's float64 recurrence on the host (any tensors; for tests).
 """
 
@@ -33,7 +36,7 @@ def _call(
     state_dtype=None, checkpoint_every: int = 0, checkpoints=None, A_log=None, dt_bias=None,
     scale: Optional[float] = None, use_qk_l2norm: bool = False, gate: str = "log",
     lower_bound: float = -5.0, beta_mode: str = "prob", state_layout: str = "vk", out=None,
-    out_dtype=None, backend: str = "auto",
+    out_dtype=None, backend: str = "auto", max_seqlen: Optional[int] = None,
 ):
     torch = _torch()
     T, HV, V = v.shape
@@ -60,6 +63,7 @@ def _call(
         (float(scale or 0.0), use_qk_l2norm, gate, lower_bound, beta_mode, state_layout,
          int(checkpoint_every)),
         backend,
+        max_seqlen,
     )
     return o, (state_pool if state_pool is not None else final_state), checkpoints
 

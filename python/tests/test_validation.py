@@ -215,6 +215,23 @@ def test_the_longest_sequence_hint_keeps_the_side_of_every_power_of_two():
         assert (h <= 64) == (m <= 64), (cu, h)
 
 
+def test_a_declared_max_seqlen_stands_in_for_unread_offsets_and_is_checked():
+    from deltarule._offsets import resolve_hint, round_hint
+
+    assert resolve_hint(64, None, 1000) == 64  # nothing declared: the read hint
+    assert resolve_hint(None, None, 1000) is None  # captured, nothing declared: no hint
+    assert resolve_hint(None, 60, 1000) == 64  # captured: the declared value, rounded
+    assert resolve_hint(None, 5000, 1000) == 1000  # capped at T (the native side's bound)
+    assert resolve_hint(64, 64, 1000) == 64
+    assert resolve_hint(64, 500, 1000) == 64  # read offsets win over a larger declaration
+    assert round_hint(0, 10) == 0 and round_hint(65, 1000) == 128
+    with pytest.raises(ValueError, match="`max_seqlen`.*more than 32 tokens, got 20"):
+        resolve_hint(64, 20, 1000)  # the offsets hold a longer sequence
+    for bad in (-1, 2.5, True, "64"):
+        with pytest.raises(ValueError, match="`max_seqlen`"):
+            resolve_hint(None, bad, 1000)
+
+
 def test_the_native_calls_take_the_hint_and_check_it():
     s = spec(**tensors(pool=3, V=16))  # T = 10
     with pytest.raises(ValueError, match="max_seq"):
