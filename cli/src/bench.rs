@@ -167,22 +167,20 @@ pub fn min_bytes(p: &Problem, states: usize) -> f64 {
 }
 
 pub fn run(args: BenchArgs) -> Result<Outcome> {
+    // (name, problem and lengths, named shape: times the whole workload, see every_sequence_active)
     let mut problems = Vec::new();
-    let mut named = std::collections::BTreeSet::new();
     for s in &args.shapes {
         if s == "anchors" {
             for a in ANCHORS {
-                named.insert(a.to_string());
-                problems.push((a.to_string(), named_shape(a)?));
+                problems.push((a.to_string(), named_shape(a)?, true));
             }
         } else {
-            named.insert(s.clone());
-            problems.push((s.clone(), named_shape(s)?));
+            problems.push((s.clone(), named_shape(s)?, true));
         }
     }
     if args.problem.given() {
         let pp = args.problem.problem()?;
-        problems.push((pp.0.id(), pp));
+        problems.push((pp.0.id(), pp, false));
     }
     if problems.is_empty() {
         return Err(Error::invalid(
@@ -204,10 +202,10 @@ pub fn run(args: BenchArgs) -> Result<Outcome> {
     .map(String::from)
     .to_vec()];
     let mut stage_lines: Vec<String> = Vec::new();
-    for (name, (p, seqlens)) in &problems {
+    for (name, (p, seqlens), named) in &problems {
         eprintln!("{name}: generating inputs ({})", p);
         let mut case = generate(p, seqlens, 1, DataStyle::default())?;
-        let states = if named.contains(name) {
+        let states = if *named {
             every_sequence_active(&case.problem, &mut case.inputs)?
         } else {
             active_states(&case.problem, &case.inputs)?

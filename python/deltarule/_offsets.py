@@ -117,17 +117,24 @@ def round_hint(m: int, T: int) -> int:
     return 0 if m <= 0 else min(1 << (m - 1).bit_length(), T)
 
 
+def check_max_seqlen(declared: Any) -> None:
+    """A caller's ``max_seqlen`` is None or a non-negative int."""
+    if declared is not None and (
+        isinstance(declared, bool) or not isinstance(declared, int) or declared < 0
+    ):
+        raise ValueError(
+            f"invalid argument `max_seqlen`: expected a non-negative int (the longest sequence's "
+            f"tokens) or None, got {declared!r}"
+        )
+
+
 def resolve_hint(read: Optional[int], declared: Optional[int], T: int) -> Optional[int]:
     """The selection's hint: the one read from the offsets (``longest_hint``) when they
     were read, else the caller's ``max_seqlen`` rounded the same way; a declared value below the
     read one is an error."""
     if declared is None:
         return read
-    if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
-        raise ValueError(
-            f"invalid argument `max_seqlen`: expected a non-negative int (the longest sequence's "
-            f"tokens) or None, got {declared!r}"
-        )
+    check_max_seqlen(declared)
     given = round_hint(declared, T)
     if read is None:
         return given

@@ -176,10 +176,7 @@ def _make(name: str, op: str, mode: str):
         checkpoints, A_log, dt_bias, scale, use_qk_l2norm, gate, lower_bound, beta_mode,
         state_layout, checkpoint_every, backend, max_seqlen=None,
     ) -> None:
-        if max_seqlen is not None and max_seqlen < 0:
-            raise ValueError(
-                f"invalid argument `max_seqlen`: expected a non-negative int, got {max_seqlen}"
-            )
+        _offsets.check_max_seqlen(max_seqlen)
         _spec.build_spec(
             op, mode, q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool,
             state_indices, checkpoints, A_log, dt_bias, scale, use_qk_l2norm, gate, lower_bound,
