@@ -104,6 +104,10 @@ struct Params {
 // MODE_FT_QUAD (host only): the fused T-form with early loads and its state products in 32 x 32
 // warp quadrants (`{op}_prefill_fusedtr`).
 #define MODE_FT_QUAD 32768
+// MODE_DEC_LB6, MODE_DEC_LB5 (host only): the token recurrence's entry point with 64 registers
+// and 6 blocks an SM (`{op}_decode_recurrent6`), or 80 and 5 (`recurrent5`), instead of 96 and 4.
+#define MODE_DEC_LB6 65536
+#define MODE_DEC_LB5 131072
 // intra_chunk's `pair` bits (see there)
 #define PAIR_REUSE 1
 #define PAIR_NEXT 2

@@ -2,7 +2,7 @@
 // sequence (plain decode and speculative verify), shared by gdn_decode.cu and kda_decode.cu.
 //
 // Compile-time constants: HEAD_K, HEAD_V in {32, 64, 128}. Everything else is in `Params`.
-// grid (HEAD_V / DVT, HV, N), NTH = 160 threads: 4 state warps (DTH = 128 threads) and 1 token
+// 1-D grid of HEAD_V / DVT x HV x N blocks, NTH = 160 threads: 4 state warps (DTH = 128 threads) and 1 token
 // warp. Each block owns the K x DVT columns [v0, v0 + DVT) of the state of one (sequence, value
 // head): columns are independent in the recurrence, so the V split is exact. The kernel is bound
 // by moving the state (read once, written once), so everything is arranged around that:
@@ -15,19 +15,21 @@
 //         a warp access covers 4 rows x 32 columns (whole 128-byte lines in f32);
 //     vk ([.., V, K], K contiguous): column u / (K / 4), rows 4 * (u % (K / 4)) .. + 3;
 //         the tile is one contiguous block and a warp access covers 512 contiguous bytes.
-//   A state thread issues all NU loads first and holds nothing else meanwhile; at most 64
-//   registers so that 6 blocks (24 state warps, 96 KB of f32 state in flight) share a
-//   multiprocessor.
+//   A state thread issues all NU loads first and holds nothing else meanwhile; at most 96
+//   registers, 4 blocks (16 state warps, 64 KB of f32 state in flight) an SM: sessions 25-26
+//   measured 4, 5 and 6 blocks (the entry points in gdn_decode.cu) and 4 was fastest, the 64
+//   registers of 6 spill (kv: the checkpoint branch; kda most).
 // * The token warp computes each token's inputs (k and q L2-normalised, k . q, the decay factors,
 //   the v tile, beta) into a double-buffered shared block, with all its loads in flight before the
 //   first conversion: the first token while the state loads are in flight, token t + 1 while the
 //   state warps run token t. One block barrier per token (none after the last) publishes a buffer
-//   and frees the other.
+//   and frees the other (kv adds one mid-token, below).
 // * Per token the two reductions over K (S^T k and S^T q of the decayed state) run together:
 //   with S' = S + k u^T the read-out is S'^T q = S^T q + u (k . q), so the output needs no second
 //   pass over the updated state. kv: a thread holds rows r + 16 i of 4 columns; it sums over its
 //   rows, a two-step shuffle reduce-scatter sums over the 4 row lanes of a warp, and the 4 warps'
-//   partial sums meet in shared memory (named barrier 1, state warps only). vk: a thread holds 4
+//   partial sums meet in shared memory (a block barrier, which the token warp meets between
+//   issuing the next token's loads and storing them). vk: a thread holds 4
 //   rows of NU columns; a shuffle reduce-scatter over the K / 4 lanes of a column leaves each
 //   column's sums on 4 lanes, which compute u and the output; u is gathered back with NU shuffles.
 //
@@ -188,42 +190,55 @@ __device__ __forceinline__ float bits_f32(u32 x, int dt) {
 }
 
 // One token's inputs into buffer `b` of the shared block, by the token warp alone: k and q
-// (L2-normalised), k . q, the decay factors (gdn: [0]), the v tile and beta. Every load is issued
-// before the first conversion.
+// (L2-normalised), k . q, the decay factors (gdn: [0]), the v tile and beta. In two halves so that
+// a barrier can sit between them (kv): token_issue puts every load in flight (raw bits in
+// registers, no conversion), token_store converts and stores.
+constexpr int TJ = KD / 32; // k, q elements per lane
 template <bool KDA>
-__device__ __forceinline__ void load_token(const Params& p, DecodeSmem& sm, int t, int b, int h,
-                                           int hv, int v0) {
-    constexpr int J = KD / 32;
-    constexpr int GJ = KDA ? J : 1;
+struct TokenLoads {
+    u32 rk[TJ], rq[TJ], rg[KDA ? TJ : 1];
+    u32 rv, rb;
+    float bias[KDA ? TJ : 1];
+    float alog;
+};
+template <bool KDA>
+__device__ __forceinline__ TokenLoads<KDA> token_issue(const Params& p, int t, int h, int hv, int v0) {
+    constexpr int GJ = KDA ? TJ : 1;
     const int lane = threadIdx.x & 31;
     const i64 qk0 = ((i64)t * p.H + h) * KD + lane;
     const i64 th = (i64)t * p.HV + hv;
-    u32 rk[J], rq[J], rg[GJ];
-    float bias[GJ];
+    TokenLoads<KDA> x;
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
-        rk[j] = ld_bits(p.k, qk0 + 32 * j, p.qkv_dt);
-        rq[j] = ld_bits(p.q, qk0 + 32 * j, p.qkv_dt);
+    for (int j = 0; j < TJ; ++j) {
+        x.rk[j] = ld_bits(p.k, qk0 + 32 * j, p.qkv_dt);
+        x.rq[j] = ld_bits(p.q, qk0 + 32 * j, p.qkv_dt);
     }
-    const u32 rv = ld_bits(p.v, th * VD + v0 + lane, p.qkv_dt);
-    const u32 rb = ld_bits(p.beta, th, p.beta_dt);
+    x.rv = ld_bits(p.v, th * VD + v0 + lane, p.qkv_dt);
+    x.rb = ld_bits(p.beta, th, p.beta_dt);
 #pragma unroll
     for (int j = 0; j < GJ; ++j) {
-        rg[j] = ld_bits(p.g, KDA ? th * KD + lane + 32 * j : th, p.g_dt);
-        bias[j] = gate_bias(p, KDA ? hv * KD + lane + 32 * j : hv);
+        x.rg[j] = ld_bits(p.g, KDA ? th * KD + lane + 32 * j : th, p.g_dt);
+        x.bias[j] = gate_bias(p, KDA ? hv * KD + lane + 32 * j : hv);
     }
-    const float a = gate_a(p, hv);
-    float xk[J], xq[J];
+    // A_log raw: its exp waits for the load, so it is taken in token_store
+    x.alog = (p.gate != GATE_LOG && p.has_a_log) ? p.a_log[hv] : 0.0f;
+    return x;
+}
+template <bool KDA>
+__device__ __forceinline__ void token_store(const Params& p, DecodeSmem& sm, const TokenLoads<KDA>& x, int b) {
+    constexpr int GJ = KDA ? TJ : 1;
+    const int lane = threadIdx.x & 31;
+    float xk[TJ], xq[TJ];
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
-        xk[j] = bits_f32(rk[j], p.qkv_dt);
-        xq[j] = bits_f32(rq[j], p.qkv_dt);
+    for (int j = 0; j < TJ; ++j) {
+        xk[j] = bits_f32(x.rk[j], p.qkv_dt);
+        xq[j] = bits_f32(x.rq[j], p.qkv_dt);
     }
     float rnk = 1.0f, rnq = 1.0f;
     if (p.l2norm) {
         float sk = 0.0f, sq = 0.0f;
 #pragma unroll
-        for (int j = 0; j < J; ++j) {
+        for (int j = 0; j < TJ; ++j) {
             sk += xk[j] * xk[j];
             sq += xq[j] * xq[j];
         }
@@ -235,25 +250,33 @@ __device__ __forceinline__ void load_token(const Params& p, DecodeSmem& sm, int 
         asm("rsqrt.approx.f32 %0, %1;" : "=f"(rnk) : "f"(sk + 1e-6f));
         asm("rsqrt.approx.f32 %0, %1;" : "=f"(rnq) : "f"(sq + 1e-6f));
     }
+    const float a = (p.gate != GATE_LOG && p.has_a_log) ? fexp(x.alog) : 1.0f; // gate_a
     float kq = 0.0f;
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
+    for (int j = 0; j < TJ; ++j) {
         const float kn = xk[j] * rnk, qn = xq[j] * rnq;
         sm.k[b][lane + 32 * j] = kn;
         sm.q[b][lane + 32 * j] = qn;
         kq += kn * qn;
     }
     kq = warp_sum(kq);
-    sm.v[b][lane] = bits_f32(rv, p.qkv_dt);
+    sm.v[b][lane] = bits_f32(x.rv, p.qkv_dt);
     if (KDA) {
 #pragma unroll
-        for (int j = 0; j < GJ; ++j) sm.dec[b][lane + 32 * j] = fexp(gate_apply(p, bits_f32(rg[j], p.g_dt), bias[j], a));
+        for (int j = 0; j < GJ; ++j)
+            sm.dec[b][lane + 32 * j] = fexp(gate_apply(p, bits_f32(x.rg[j], p.g_dt), x.bias[j], a));
     }
     if (lane == 0) {
-        if (!KDA) sm.dec[b][0] = fexp(gate_apply(p, bits_f32(rg[0], p.g_dt), bias[0], a));
-        sm.beta[b] = beta_value(p, bits_f32(rb, p.beta_dt));
+        if (!KDA) sm.dec[b][0] = fexp(gate_apply(p, bits_f32(x.rg[0], p.g_dt), x.bias[0], a));
+        sm.beta[b] = beta_value(p, bits_f32(x.rb, p.beta_dt));
         sm.kq[b] = kq;
     }
+}
+template <bool KDA>
+__device__ __forceinline__ void load_token(const Params& p, DecodeSmem& sm, int t, int b, int h,
+                                           int hv, int v0) {
+    const TokenLoads<KDA> x = token_issue<KDA>(p, t, h, hv, v0);
+    token_store<KDA>(p, sm, x, b);
 }
 
 // One token on this thread's units (buffer `b` published by a barrier): decay, u, output (stored
@@ -285,8 +308,12 @@ __device__ __forceinline__ void token_step(const Params& p, DecodeSmem& sm, int 
         reduce_scatter2<4, 16, 8>(a, c, lane);
         sm.red[0][warp][4 * cg + (lane >> 3)] = a[0];
         sm.red[1][warp][4 * cg + (lane >> 3)] = c[0];
-        // the state warps only (barrier 1); buffer b stays valid until the token barrier
-        asm volatile("bar.sync 1, %0;" ::"n"(DTH) : "memory");
+        // A block barrier (the token warp meets it between issuing token t + 1's loads and
+        // storing them, recurrent_layout); buffer b stays valid until the end of the token.
+        // Until session 26 a named barrier of the state warps alone, against which
+        // compute-sanitizer's racecheck flagged the token warp's stores and these reads,
+        // although the block barrier at the end of each token separates them (bench/NOTES.md).
+        __syncthreads();
         float4 kv = *(const float4*)&sm.red[0][0][4 * cg];
 #pragma unroll
         for (int w = 1; w < DW; ++w) {
@@ -353,7 +380,11 @@ template <bool KDA, int L>
 __device__ __forceinline__ void recurrent_layout(const Params& p, DecodeSmem& sm) {
     const int tid = threadIdx.x;
     const bool state_warp = tid < DTH; // warp-uniform: warp DW is the token warp
-    const int v0 = blockIdx.x * DVT, hv = blockIdx.y, n = blockIdx.z;
+    // 1-D grid over the items, V tile fastest, then value head, then sequence (a 3-D grid would
+    // cap the sequences at gridDim.z's 65535)
+    constexpr int VT = VD / DVT;
+    const int v0 = (int)(blockIdx.x % VT) * DVT, hv = (int)((blockIdx.x / VT) % p.HV);
+    const int n = (int)(blockIdx.x / VT / p.HV);
     const int h = hv / p.group;
     // token indices fit in int (Params::T is an int)
     const int bos = (int)ld_i(p.cu_seqlens, n, p.off_dt), eos = (int)ld_i(p.cu_seqlens, n + 1, p.off_dt);
@@ -387,6 +418,14 @@ __device__ __forceinline__ void recurrent_layout(const Params& p, DecodeSmem& sm
                 const i64 slot = ((i64)p.ck_offsets[n] + pos / p.ck_every - 1) * p.HV + hv;
                 state_store<L>(p.checkpoints, p.s_out_dt, slot, tid, v0, s);
             }
+        } else if (L == LAYOUT_KV) {
+            // the state warps' barrier mid-token (token_step): token t + 1's loads are in flight
+            // before it, its stores follow it
+            const bool next = t + 1 < eos;
+            TokenLoads<KDA> x;
+            if (next) x = token_issue<KDA>(p, t + 1, h, hv, v0);
+            __syncthreads();
+            if (next) token_store<KDA>(p, sm, x, b ^ 1);
         } else if (t + 1 < eos) {
             load_token<KDA>(p, sm, t + 1, b ^ 1, h, hv, v0);
         }

@@ -105,8 +105,16 @@ impl Module {
                 "kda_prefill_state64",
                 "kda_prefill_statewg",
             ],
-            Module::GdnDecode => &["gdn_decode_recurrent"],
-            Module::KdaDecode => &["kda_decode_recurrent"],
+            Module::GdnDecode => &[
+                "gdn_decode_recurrent",
+                "gdn_decode_recurrent6",
+                "gdn_decode_recurrent5",
+            ],
+            Module::KdaDecode => &[
+                "kda_decode_recurrent",
+                "kda_decode_recurrent6",
+                "kda_decode_recurrent5",
+            ],
             Module::Varlen => &["varlen_build_tables"],
         }
     }

@@ -117,7 +117,27 @@ impl Modes {
     /// The fused T-form's early first-tile loads with its state products in 32 x 32 warp
     /// quadrants (`_fusedtr`).
     pub const FT_QUAD: i32 = 32768;
-    const ALL: i32 = 1 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512 | 1024 | 2048 | 4096 | 8192 | 32768;
+    /// The token recurrence's entry point with 64 registers and 6 blocks an SM (production until
+    /// session 25), instead of 96 and 4.
+    pub const DEC_LB6: i32 = 65536;
+    /// The token recurrence's entry point with 80 registers and 5 blocks an SM.
+    pub const DEC_LB5: i32 = 131072;
+    const ALL: i32 = 1
+        | 4
+        | 8
+        | 16
+        | 32
+        | 64
+        | 128
+        | 256
+        | 512
+        | 1024
+        | 2048
+        | 4096
+        | 8192
+        | 32768
+        | 65536
+        | 131072;
     /// What production runs: the intra pairing, the dependent launch and the deferred copy wait
     /// (session 16, gdn 16/32 16x1024 on the H200: 0.569 -> 0.522 ms), the fused T-form's early
     /// first-tile loads (session 17, 256x64: 0.878 -> 0.866 ms) and its quadrant products
@@ -150,6 +170,17 @@ impl Modes {
 
     fn has(self, bit: i32) -> bool {
         self.0 & bit != 0
+    }
+
+    /// The token recurrence's entry point after `{op}_decode_`.
+    pub fn decode_entry(self) -> &'static str {
+        if self.has(Self::DEC_LB6) {
+            "recurrent6"
+        } else if self.has(Self::DEC_LB5) {
+            "recurrent5"
+        } else {
+            "recurrent"
+        }
     }
 
     /// Value heads a CTA of the small-bh T-form intra kernel takes (1, or the GVA group).
@@ -588,10 +619,31 @@ impl CudaBackend {
                 )?;
             }
             Kernel::Recurrent => {
-                let name = format!("{prefix}_decode_recurrent");
-                // 4 state warps + 1 token-input warp (NTH in kernels/decode.cuh)
-                let vt = (p.v / 32) as u32;
-                launch_one(&main, &name, (vt, hv, n), 160, 0, stream, &prm, None, false)?;
+                let name = format!("{prefix}_decode_{}", self.modes.decode_entry());
+                // items (V tile, value head, sequence) on a 1-D grid; 4 state warps + 1
+                // token-input warp (NTH in kernels/decode.cuh)
+                let items = (p.v / 32) * p.hv * p.seqs;
+                let blocks = u32::try_from(items)
+                    .ok()
+                    .filter(|b| *b <= i32::MAX as u32)
+                    .ok_or_else(|| {
+                        Error::unsupported(
+                            BackendKind::Cuda,
+                            "recurrent",
+                            format!("{items} work items (V / 32 x HV x N) exceed a 1-D grid"),
+                        )
+                    })?;
+                launch_one(
+                    &main,
+                    &name,
+                    (blocks, 1, 1),
+                    160,
+                    0,
+                    stream,
+                    &prm,
+                    None,
+                    false,
+                )?;
             }
             other => {
                 return Err(Error::unsupported(
@@ -1486,7 +1538,10 @@ mod tests {
             Modes(Modes::FT_QUAD | Modes::FT_PIPE).fused_t_entry(),
             "fusedtr"
         );
-        for bad in ["2", "16384", "65536", "-1", "pair", ""] {
+        assert_eq!(d.decode_entry(), "recurrent");
+        assert_eq!(Modes(Modes::DEC_LB6).decode_entry(), "recurrent6");
+        assert_eq!(Modes(Modes::DEC_LB5).decode_entry(), "recurrent5");
+        for bad in ["2", "16384", "524288", "-1", "pair", ""] {
             let e = Modes::parse(bad)
                 .err()
                 .map(|e| e.to_string())
