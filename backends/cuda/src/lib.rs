@@ -330,11 +330,8 @@ impl CudaBackend {
                 p.k, p.v
             ));
         }
-        if p.seqs > 65535 || p.hv > 65535 {
-            return no(format!(
-                "N = {}, HV = {} above the grid limit 65535",
-                p.seqs, p.hv
-            ));
+        if let Some(why) = grid_limit(kernel, p) {
+            return no(why);
         }
         if let (Some(e), Mode::Prefill) = (p.checkpoint_every, p.mode) {
             if e % 64 != 0 {
@@ -622,17 +619,8 @@ impl CudaBackend {
                 let name = format!("{prefix}_decode_{}", self.modes.decode_entry());
                 // items (V tile, value head, sequence) on a 1-D grid; 4 state warps + 1
                 // token-input warp (NTH in kernels/decode.cuh)
-                let items = (p.v / 32) * p.hv * p.seqs;
-                let blocks = u32::try_from(items)
-                    .ok()
-                    .filter(|b| *b <= i32::MAX as u32)
-                    .ok_or_else(|| {
-                        Error::unsupported(
-                            BackendKind::Cuda,
-                            "recurrent",
-                            format!("{items} work items (V / 32 x HV x N) exceed a 1-D grid"),
-                        )
-                    })?;
+                // within i32::MAX: grid_limit, checked by supports()
+                let blocks = decode_items(p) as u32;
                 launch_one(
                     &main,
                     &name,
@@ -756,6 +744,29 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
 /// 64-column tiles were faster on every shape measured, gdn 16/32 16x1024 0.943 -> 0.847 ms,
 /// 256x64 1.930 -> 1.428, kda 32/32 64x256 1.468 -> 1.293; session 4 had limited them to one
 /// wave.)
+/// Work items of the token recurrence, a block each: V / 32 columns x HV x N.
+fn decode_items(p: &Problem) -> usize {
+    (p.v / 32).saturating_mul(p.hv).saturating_mul(p.seqs)
+}
+
+/// Why `kernel`'s grid cannot hold `p`, if it cannot: the prefill kernels put the sequences and
+/// the value heads on grid dimensions capped at 65535; the token recurrence's 1-D grid holds up
+/// to i32::MAX items.
+fn grid_limit(kernel: Kernel, p: &Problem) -> Option<String> {
+    if kernel == Kernel::Recurrent {
+        let items = decode_items(p);
+        (items > i32::MAX as usize).then(|| {
+            format!(
+                "{items} work items (V / 32 x HV x N) above the 1-D grid limit {}",
+                i32::MAX
+            )
+        })
+    } else {
+        (p.seqs > 65535 || p.hv > 65535)
+            .then(|| format!("N = {}, HV = {} above the grid limit 65535", p.seqs, p.hv))
+    }
+}
+
 fn state_tile(p: &Problem, sms: usize) -> usize {
     let pairs = p.seqs * p.hv;
     if pairs * (p.v / 32) * 2 <= sms {
@@ -1355,14 +1366,34 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::{
-        check_ptrs, fused_t_applies, overlap_plan, state_pass, state_tile, Modes, Overlap,
-        OverlapSetting, StatePass, Variants,
+        check_ptrs, decode_items, fused_t_applies, grid_limit, overlap_plan, state_pass,
+        state_tile, Modes, Overlap, OverlapSetting, StatePass, Variants,
     };
     use crate::launch::DevicePtrs;
-    use deltarule_core::{Error, Mode, Op, Problem};
+    use deltarule_core::{Error, Kernel, Mode, Op, Problem};
 
     fn prefill(seqs: usize, h: usize, hv: usize) -> Problem {
         Problem::new(Op::Gdn, Mode::Prefill, seqs, 8192, h, hv, 128, 128)
+    }
+
+    #[test]
+    fn the_grid_limits_follow_each_kernels_grid() {
+        let decode = |seqs, hv| Problem::new(Op::Gdn, Mode::Decode, seqs, seqs, 1, hv, 128, 128);
+        // a 3-D prefill grid caps N and HV at 65535; the recurrence's 1-D grid does not
+        let wide = prefill(70_000, 1, 1);
+        let why = grid_limit(Kernel::Chunked, &wide).unwrap_or_default();
+        assert!(why.contains("N = 70000"), "{why}");
+        assert!(grid_limit(Kernel::SmallBh, &prefill(1, 1, 65535)).is_none());
+        assert!(grid_limit(Kernel::Recurrent, &decode(70_000, 32)).is_none());
+        assert_eq!(
+            decode_items(&decode(256, 32)),
+            32768,
+            "the decode anchor: 4 x 32 x 256"
+        );
+        // 4 x 32768 x 16384 = 2^31 items: one past i32::MAX
+        let why = grid_limit(Kernel::Recurrent, &decode(16384, 32768)).unwrap_or_default();
+        assert!(why.contains("2147483648 work items"), "{why}");
+        assert!(grid_limit(Kernel::Recurrent, &decode(16383, 32768)).is_none());
     }
 
     #[test]
