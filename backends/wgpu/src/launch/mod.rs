@@ -665,7 +665,7 @@ impl Call {
         inputs: &Inputs,
         val: &Validated,
     ) -> Result<Call> {
-        check_sizes(gpu, inputs)?;
+        check_sizes(gpu, kernel, inputs)?;
         let tables = tables(p, inputs, val)?;
         let shared = Shared::new(gpu, p, tables)?;
         let stages = match p.mode {
@@ -705,7 +705,7 @@ impl Call {
 
 /// Every input must fit one storage binding and be indexable with the kernels' 32-bit element
 /// indices; otherwise the problem is unsupported here (with the numbers), never truncated.
-pub fn check_sizes(gpu: &Gpu, inputs: &Inputs) -> Result<()> {
+pub fn check_sizes(gpu: &Gpu, kernel: Kernel, inputs: &Inputs) -> Result<()> {
     let named = [
         ("q", Some(&inputs.q)),
         ("k", Some(&inputs.k)),
@@ -719,7 +719,7 @@ pub fn check_sizes(gpu: &Gpu, inputs: &Inputs) -> Result<()> {
         if t.numel() >= u32::MAX as usize || t.size_bytes() as u64 > gpu.max_binding() {
             return Err(Error::unsupported(
                 deltarule_core::BackendKind::Wgpu,
-                "chunked",
+                kernel.name(),
                 format!(
                     "{name} has {} elements ({} MiB): the WGSL kernels index at most 2^32 - 1 \
                      elements and the device binds at most {} MiB",
