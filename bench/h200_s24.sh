@@ -7,9 +7,15 @@
 #   2. the copy floor of the decode anchor's 1.07 GB (bench/copy_floor.py);
 #   3. eager against CUDA-graph replay through the Python wrappers (bench/py_graph_vs_eager.py).
 # Carry: .dev/pack (bash bench/pack_s15.sh) .whl (fla 0.6.0 and the deltarule wheel)
-# QUICK=1 skips part 1's correctness checks (run on an H100 earlier in session 24 on the same
+# H200_ONLY=1 exits at once on another GPU. QUICK=1 skips part 1's correctness checks (run on an H100 earlier in session 24 on the same
 # kernels) and runs only its anchors, ours then fla (FLA_SHAPES="a b": only those of fla's).
 set -uo pipefail
+# H200_ONLY=1: exit at once on any other GPU (the targets are H200 times; an H100 run of this
+# script has been made in sessions 24 and 26)
+if [ "${H200_ONLY:-0}" = 1 ]; then
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  case "$name" in *H200*) ;; *) echo "$name: not an H200, nothing run"; exit 0 ;; esac
+fi
 if [ "${QUICK:-0}" = 1 ]; then
   source bench/h200_env.sh
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
