@@ -108,6 +108,9 @@ struct Params {
 // and 6 blocks an SM (`{op}_decode_recurrent6`), or 80 and 5 (`recurrent5`), instead of 96 and 4.
 #define MODE_DEC_LB6 65536
 #define MODE_DEC_LB5 131072
+// MODE_DEC_PERSIST (host only): the token recurrence on a persistent grid, 4 blocks an SM, the
+// next item's state tile in flight into shared memory (`{op}_decode_persistent`, decode.cuh).
+#define MODE_DEC_PERSIST 262144
 // intra_chunk's `pair` bits (see there)
 #define PAIR_REUSE 1
 #define PAIR_NEXT 2

@@ -443,3 +443,208 @@ __device__ __forceinline__ void recurrent(const Params& p) {
     if (p.layout == LAYOUT_KV) recurrent_layout<KDA, LAYOUT_KV>(p, sm);
     else recurrent_layout<KDA, LAYOUT_VK>(p, sm);
 }
+
+// ------------------------------------------- the persistent form (MODE_DEC_PERSIST)
+// `{op}_decode_persistent`: as many blocks as are resident at once (the host: 4 an SM), block b
+// taking the items b, b + G, b + 2G, .. (G = gridDim.x) in the order above.
+// While an item's tokens run, the next item's state tile is already on its way into shared memory
+// by cp.async, which holds no register while it flies: the SM keeps a tile a block in flight
+// whatever phase its items are in, where the block-per-item kernel has one in flight only between
+// a block's start and its first token (bytes in flight are what a faster memory asks for: the
+// H200 moves ~1.45x the H100's bytes in the same latency). Each state thread copies exactly the
+// units it later reads, so cp.async.wait_group alone orders its copy and its read, no barrier.
+// Item k + 1's offsets and pool row reach the state warps through a shared slot that the token
+// warp fills during item k from loads it issued during item k - 1; the state warps load item
+// k + 2's initial pool row themselves during item k, for the copy they issue at item k + 1.
+// Barriers: one at the start of each item, one after each token but an item's last, and kv's
+// mid-token one, which the token warp meets per token as in the block-per-item kernel.
+struct PItem {
+    i64 rout;
+    int bos, eos, hv, v0, ck, valid;
+};
+struct PersistSmem {
+    DecodeSmem d;
+    PItem item[2];
+};
+constexpr int PSTAGE = NU * DTH * 16; // one state tile (f32; 16-bit tiles use half)
+
+__device__ __forceinline__ u32 dsmem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void cp_async_16(void* s, const void* g) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dsmem_addr(s)), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async_8(void* s, const void* g) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dsmem_addr(s)), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// every group of this thread but the last committed one has landed
+__device__ __forceinline__ void cp_async_wait_all_but_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+// Item `it`'s coordinates (V tile fastest, then value head, then sequence).
+__device__ __forceinline__ void item_coords(const Params& p, i64 it, int& v0, int& hv, int& n) {
+    constexpr int VT = VD / DVT;
+    v0 = (int)(it % VT) * DVT;
+    const i64 r = it / VT;
+    hv = (int)(r % p.HV);
+    n = (int)(r / p.HV);
+}
+// Item `it`'s initial pool row, -1 for none (or past the last item).
+__device__ __forceinline__ i64 item_rin(const Params& p, i64 it, i64 items) {
+    if (it >= items || p.state_in == nullptr) return -1;
+    int v0, hv, n;
+    item_coords(p, it, v0, hv, n);
+    return initial_row(p, n);
+}
+// Item `it`'s offsets, final pool row and first checkpoint row (valid = 0 past the last item).
+__device__ __forceinline__ PItem item_meta(const Params& p, i64 it, i64 items) {
+    PItem m;
+    m.valid = it < items;
+    if (!m.valid) {
+        m.rout = -1;
+        m.bos = m.eos = m.hv = m.v0 = m.ck = 0;
+        return m;
+    }
+    int n;
+    item_coords(p, it, m.v0, m.hv, n);
+    // token indices fit in int (Params::T is an int)
+    m.bos = (int)ld_i(p.cu_seqlens, n, p.off_dt);
+    m.eos = (int)ld_i(p.cu_seqlens, n + 1, p.off_dt);
+    m.rout = final_row(p, n);
+    m.ck = p.ck_every > 0 ? p.ck_offsets[n] : 0;
+    return m;
+}
+// This thread's units of state slot `slot` into `stage` by cp.async (unit i at (i DTH + tid) x 16
+// bytes, f32, or x 8, 16-bit: conflict-free reads back).
+template <int L>
+__device__ __forceinline__ void state_copy(const void* base, int dt, i64 slot, int tid, int v0, char* stage) {
+    const i64 off = slot * (KD * VD) + unit_base<L>(tid, v0);
+    if (dt == DT_F32) {
+        const float* src = (const float*)base + off;
+#pragma unroll
+        for (int i = 0; i < NU; ++i) cp_async_16(stage + (i * DTH + tid) * 16, src + i * unit_stride<L>());
+    } else {
+        const u16* src = (const u16*)base + off;
+#pragma unroll
+        for (int i = 0; i < NU; ++i) cp_async_8(stage + (i * DTH + tid) * 8, src + i * unit_stride<L>());
+    }
+}
+__device__ __forceinline__ void state_read(int dt, const char* stage, int tid, float (&s)[NU][4]) {
+    u32 raw[NU][4];
+    if (dt == DT_F32) {
+#pragma unroll
+        for (int i = 0; i < NU; ++i) {
+            const uint4 w = *(const uint4*)(stage + (i * DTH + tid) * 16);
+            raw[i][0] = w.x;
+            raw[i][1] = w.y;
+            raw[i][2] = w.z;
+            raw[i][3] = w.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < NU; ++i) {
+            const uint2 w = *(const uint2*)(stage + (i * DTH + tid) * 8);
+            raw[i][0] = w.x;
+            raw[i][1] = w.y;
+        }
+    }
+    state_convert(dt, raw, s);
+}
+
+template <bool KDA, int L>
+__device__ __forceinline__ void persistent_layout(const Params& p, PersistSmem& sm, char (&ring)[2][PSTAGE]) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    const i64 items = (i64)(VD / DVT) * p.HV * p.N, G = gridDim.x, it0 = blockIdx.x;
+    if (it0 >= items) return; // (the host sizes the grid to at most the items)
+    int cur = 0;              // the token buffer of the next token
+    if (tid < DTH) {
+        // rk: item k's initial pool row; ra: item k + 1's (loaded during item k - 1)
+        i64 rk = item_rin(p, it0, items);
+        if (rk >= 0) {
+            int v0, hv, n;
+            item_coords(p, it0, v0, hv, n);
+            state_copy<L>(p.state_in, p.s_in_dt, rk * p.HV + hv, tid, v0, ring[0]);
+        }
+        cp_async_commit();
+        i64 ra = item_rin(p, it0 + G, items);
+        for (i64 k = 0;; ++k) {
+            __syncthreads(); // start of item k: its slot and its first token are published
+            const volatile PItem* m = &sm.item[k & 1];
+            if (!m->valid) break;
+            // item k + 1's tile into the other stage (whose last reader was this thread, at item
+            // k - 1), then item k + 2's pool row in flight until item k + 1
+            if (ra >= 0) {
+                int v0, hv, n;
+                item_coords(p, it0 + (k + 1) * G, v0, hv, n);
+                state_copy<L>(p.state_in, p.s_in_dt, ra * p.HV + hv, tid, v0, ring[(k + 1) & 1]);
+            }
+            cp_async_commit();
+            const i64 rb = item_rin(p, it0 + (k + 2) * G, items);
+            float s[NU][4];
+            if (rk >= 0) {
+                cp_async_wait_all_but_1();
+                state_read(p.s_in_dt, ring[k & 1], tid, s);
+            } else {
+#pragma unroll
+                for (int i = 0; i < NU; ++i)
+#pragma unroll
+                    for (int z = 0; z < 4; ++z) s[i][z] = 0.0f;
+            }
+            rk = ra;
+            ra = rb;
+            const int bos = m->bos, eos = m->eos, hv = m->hv, v0 = m->v0;
+            for (int t = bos; t < eos; ++t) {
+                token_step<KDA, L>(p, sm.d, cur, t, hv, v0, s);
+                const int pos = t - bos + 1;
+                if (p.ck_every > 0 && pos % p.ck_every == 0) {
+                    const i64 slot = ((i64)m->ck + pos / p.ck_every - 1) * p.HV + hv;
+                    state_store<L>(p.checkpoints, p.s_out_dt, slot, tid, v0, s);
+                }
+                cur ^= 1;
+                if (t + 1 < eos) __syncthreads();
+            }
+            const i64 rout = m->rout;
+            if (rout >= 0) state_store<L>(p.state_out, p.s_out_dt, rout * p.HV + hv, tid, v0, s);
+        }
+    } else {
+        // c: item k; n1: item k + 1 (loads issued during item k - 1)
+        PItem c = item_meta(p, it0, items);
+        if (lane == 0) sm.item[0] = c;
+        PItem n1 = item_meta(p, it0 + G, items);
+        if (c.bos < c.eos) load_token<KDA>(p, sm.d, c.bos, 0, c.hv / p.group, c.hv, c.v0);
+        for (i64 k = 0;; ++k) {
+            __syncthreads(); // start of item k
+            if (!c.valid) break;
+            // slot (k + 1) & 1 was last read during item k - 1; published at item k + 1's start
+            if (lane == 0) sm.item[(k + 1) & 1] = n1;
+            const PItem n2 = item_meta(p, it0 + (k + 2) * G, items);
+            const bool n1_tokens = n1.valid && n1.bos < n1.eos;
+            for (int t = c.bos; t < c.eos; ++t) {
+                // the next token: this item's, else the next item's first
+                const bool more = t + 1 < c.eos, next = more || n1_tokens;
+                const int tn = more ? t + 1 : n1.bos, hvn = more ? c.hv : n1.hv, v0n = more ? c.v0 : n1.v0;
+                if (L == LAYOUT_KV) {
+                    TokenLoads<KDA> x;
+                    if (next) x = token_issue<KDA>(p, tn, hvn / p.group, hvn, v0n);
+                    __syncthreads(); // token_step's mid-token barrier
+                    if (next) token_store<KDA>(p, sm.d, x, cur ^ 1);
+                } else if (next) {
+                    load_token<KDA>(p, sm.d, tn, cur ^ 1, hvn / p.group, hvn, v0n);
+                }
+                cur ^= 1;
+                if (more) __syncthreads();
+            }
+            // an item without tokens: the next item's first token (buffer cur: its last reader
+            // finished before the previous item's last barrier)
+            if (c.bos >= c.eos && n1_tokens) load_token<KDA>(p, sm.d, n1.bos, cur, n1.hv / p.group, n1.hv, n1.v0);
+            c = n1;
+            n1 = n2;
+        }
+    }
+}
+
+template <bool KDA>
+__device__ __forceinline__ void persistent(const Params& p) {
+    __shared__ __align__(16) PersistSmem sm;
+    __shared__ __align__(16) char ring[2][PSTAGE];
+    if (p.layout == LAYOUT_KV) persistent_layout<KDA, LAYOUT_KV>(p, sm, ring);
+    else persistent_layout<KDA, LAYOUT_VK>(p, sm, ring);
+}

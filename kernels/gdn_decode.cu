@@ -14,3 +14,9 @@ extern "C" __global__ void __launch_bounds__(NTH, 6) gdn_decode_recurrent6(const
 extern "C" __global__ void __launch_bounds__(NTH, 5) gdn_decode_recurrent5(const Params p) {
     recurrent<false>(p);
 }
+// The persistent form (decode.cuh, MODE_DEC_PERSIST): a grid of 4 blocks an SM walking the items,
+// the next item's state tile in flight into shared memory (32 KB a block at K = 128) during the
+// current one (a 5-block form spilled 600 bytes at K = 128 and was not kept).
+extern "C" __global__ void __launch_bounds__(NTH, 4) gdn_decode_persistent(const Params p) {
+    persistent<false>(p);
+}

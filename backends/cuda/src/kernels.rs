@@ -109,11 +109,13 @@ impl Module {
                 "gdn_decode_recurrent",
                 "gdn_decode_recurrent6",
                 "gdn_decode_recurrent5",
+                "gdn_decode_persistent",
             ],
             Module::KdaDecode => &[
                 "kda_decode_recurrent",
                 "kda_decode_recurrent6",
                 "kda_decode_recurrent5",
+                "kda_decode_persistent",
             ],
             Module::Varlen => &["varlen_build_tables"],
         }

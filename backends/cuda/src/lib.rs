@@ -122,6 +122,9 @@ impl Modes {
     pub const DEC_LB6: i32 = 65536;
     /// The token recurrence's entry point with 80 registers and 5 blocks an SM.
     pub const DEC_LB5: i32 = 131072;
+    /// The token recurrence on a persistent grid (`{op}_decode_persistent`, 4 blocks an SM), the
+    /// next item's state tile in flight into shared memory by cp.async.
+    pub const DEC_PERSIST: i32 = 262144;
     const ALL: i32 = 1
         | 4
         | 8
@@ -137,7 +140,8 @@ impl Modes {
         | 8192
         | 32768
         | 65536
-        | 131072;
+        | 131072
+        | 262144;
     /// What production runs: the intra pairing, the dependent launch and the deferred copy wait
     /// (session 16, gdn 16/32 16x1024 on the H200: 0.569 -> 0.522 ms), the fused T-form's early
     /// first-tile loads (session 17, 256x64: 0.878 -> 0.866 ms) and its quadrant products
@@ -174,12 +178,25 @@ impl Modes {
 
     /// The token recurrence's entry point after `{op}_decode_`.
     pub fn decode_entry(self) -> &'static str {
-        if self.has(Self::DEC_LB6) {
+        if self.has(Self::DEC_PERSIST) {
+            "persistent"
+        } else if self.has(Self::DEC_LB6) {
             "recurrent6"
         } else if self.has(Self::DEC_LB5) {
             "recurrent5"
         } else {
             "recurrent"
+        }
+    }
+
+    /// Blocks of the token recurrence for `items` work items (V / 32 x HV x N): one per item, or
+    /// with DEC_PERSIST as many as are resident at once (4 an SM, the entry point's
+    /// `__launch_bounds__`), never more than the items.
+    pub fn decode_blocks(self, items: usize, sms: usize) -> usize {
+        if self.has(Self::DEC_PERSIST) {
+            items.min(4 * sms.max(1))
+        } else {
+            items
         }
     }
 
@@ -617,10 +634,10 @@ impl CudaBackend {
             }
             Kernel::Recurrent => {
                 let name = format!("{prefix}_decode_{}", self.modes.decode_entry());
-                // items (V tile, value head, sequence) on a 1-D grid; 4 state warps + 1
-                // token-input warp (NTH in kernels/decode.cuh)
-                // within i32::MAX: grid_limit, checked by supports()
-                let blocks = decode_items(p) as u32;
+                // items (V tile, value head, sequence) on a 1-D grid, a block each or (the
+                // persistent form) 4 blocks an SM walking them; 4 state warps + 1 token-input
+                // warp (NTH in kernels/decode.cuh); within i32::MAX: grid_limit, supports()
+                let blocks = self.modes.decode_blocks(decode_items(p), sms) as u32;
                 launch_one(
                     &main,
                     &name,
@@ -1572,6 +1589,11 @@ mod tests {
         assert_eq!(d.decode_entry(), "recurrent");
         assert_eq!(Modes(Modes::DEC_LB6).decode_entry(), "recurrent6");
         assert_eq!(Modes(Modes::DEC_LB5).decode_entry(), "recurrent5");
+        let dp = Modes(Modes::DEC_PERSIST);
+        assert_eq!(dp.decode_entry(), "persistent");
+        assert_eq!(d.decode_blocks(32768, 132), 32768, "a block per item");
+        assert_eq!(dp.decode_blocks(32768, 132), 528, "4 blocks an SM");
+        assert_eq!(dp.decode_blocks(100, 132), 100, "no more than the items");
         for bad in ["2", "16384", "524288", "-1", "pair", ""] {
             let e = Modes::parse(bad)
                 .err()

@@ -127,6 +127,89 @@ fn recurrent_conformance() {
     }
 }
 
+/// Decode problems with many more (V tile, value head, sequence) items than resident blocks, so
+/// that the persistent form of the recurrence (`DELTARULE_CUDA_MODE` bit 262144: 4 blocks an SM,
+/// each walking every 4 x SMs-th item) runs many items a block: 700 sequences of 0 to 3 tokens,
+/// K = V = 128, 4 V tiles x 8 value heads (22,400 items), a pool in place with rows at -1,
+/// checkpoints every 2 tokens; gdn with an f32 state in kv, kda with a bf16 state in vk. Each
+/// against float64, rerun bit-identical (`check_case`). Returns one line of the errors.
+fn recurrent_many_items_errors() -> String {
+    use deltarule_core::{DType, FinalState, InitialState, Mode, Op, Problem, StateLayout};
+    use deltarule_tests::{cases, diff, generate};
+    let lens: Vec<usize> = (0..700).map(|i| [1, 0, 2, 1, 3, 1, 1][i % 7]).collect();
+    let mut line = Vec::new();
+    for (op, layout, dt) in [
+        (Op::Gdn, StateLayout::Kv, DType::F32),
+        (Op::Kda, StateLayout::Vk, DType::BF16),
+    ] {
+        let tokens = lens.iter().sum();
+        let mut p = Problem::new(op, Mode::Decode, lens.len(), tokens, 4, 8, 128, 128);
+        p.initial = InitialState::Pool { rows: 760 };
+        p.final_state = FinalState::InPlace;
+        p.state_in_dtype = dt;
+        p.state_out_dtype = dt;
+        p.layout = layout;
+        p.checkpoint_every = Some(2);
+        p.l2norm = true;
+        let case = generate::generate(&p, &lens, 21, generate::DataStyle::default())
+            .expect("generate the problem");
+        let reference = diff::reference_outputs(&case).expect("the float64 reference");
+        let check = cases::check_case(suite::engine(), "cuda:recurrent", &case, &reference)
+            .unwrap_or_else(|e| panic!("{op:?} decode, many items ({layout:?}): {e}"));
+        for (t, e) in &check.errors {
+            line.push(format!("{op:?} {t} {e:e}"));
+        }
+    }
+    format!("many-items errors: {}", line.join(", "))
+}
+
+#[test]
+fn recurrent_many_items() {
+    if present() {
+        println!("{}", recurrent_many_items_errors());
+    }
+}
+
+/// The token recurrence's other entry points (`DELTARULE_CUDA_MODE` over the default 37249:
+/// 65536 the 6-block form, 131072 the 5-block form, 262144 the persistent grid) run the same
+/// per-item arithmetic as the default: each in a child process (the backend reads the variable
+/// once) passes `recurrent_conformance` and gives `recurrent_many_items` the same errors as the
+/// default here, to the last digit.
+#[test]
+fn recurrent_entry_points_agree() {
+    if !present() || std::env::var_os("DELTARULE_CUDA_MODE").is_some() {
+        return; // (the child)
+    }
+    let mine = recurrent_many_items_errors();
+    println!("default: {mine}");
+    let exe = std::env::current_exe().expect("the test binary's path");
+    for bits in [65536, 131072, 262144] {
+        let mode = (37249 | bits).to_string();
+        let out = std::process::Command::new(&exe)
+            .args(["recurrent_", "--nocapture", "--test-threads=1"])
+            .env("DELTARULE_CUDA_MODE", &mode)
+            .output()
+            .expect("run the test binary");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "DELTARULE_CUDA_MODE={mode} failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for l in text.lines().filter(|l| l.contains(" ran, ")) {
+            println!("DELTARULE_CUDA_MODE={mode}: {l}");
+        }
+        let theirs = text
+            .lines()
+            .find_map(|l| l.find("many-items errors: ").map(|at| &l[at..]));
+        assert_eq!(
+            theirs,
+            Some(mine.as_str()),
+            "DELTARULE_CUDA_MODE={mode} disagrees with the default:\n{text}"
+        );
+    }
+}
+
 /// A small set for `compute-sanitizer --tool memcheck`: varlen with zero-length sequences, pools
 /// in place, checkpoints, vk, f16, both ops, every kernel.
 #[test]
