@@ -18,7 +18,8 @@ G="tests/golden/shared/*.safetensors"
 G128=tests/golden/shared/gdn_gva_varlen_state.safetensors
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 echo "== correctness at ${SECONDS}s (DELTARULE_REQUIRE_CUDA=$DELTARULE_REQUIRE_CUDA)"
-DEV_TIMEOUT=120 cuda_checks 150
+# (180 s: session 27 added recurrent_many_items and recurrent_entry_points_agree, ~4 child runs)
+DEV_TIMEOUT=180 cuda_checks 150
 DELTARULE_CUDA_STATE_BV=wgt timeout 40 $B diff --case $G --backend cuda:small-bh > "$OUT/diff_wgt.log" 2>&1
 echo "diff cuda:small-bh T-form forced rc=$? $(tail -1 "$OUT/diff_wgt.log")"
 grep -E ' expected ' "$OUT/diff_cuda.log" | awk '{print $1, $2, $4, $6, $NF}'
