@@ -164,7 +164,7 @@ impl Modes {
             _ => Err(Error::invalid(
                 "DELTARULE_CUDA_MODE",
                 format!(
-                    "a decimal number made of the bits {} (1, 4, .., 32768)",
+                    "a decimal number made of the bits {} (1, 4, .., 262144)",
                     Self::ALL
                 ),
                 s,
