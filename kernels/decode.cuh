@@ -479,13 +479,15 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 // every group of this thread but the last committed one has landed
 __device__ __forceinline__ void cp_async_wait_all_but_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-// Item `it`'s coordinates (V tile fastest, then value head, then sequence).
+// Item `it`'s coordinates (V tile fastest, then value head, then sequence); it < items <=
+// i32::MAX (the host's grid_limit), so 32-bit divisions (a 64-bit one is a ~70-instruction
+// routine, and this runs several times an item).
 __device__ __forceinline__ void item_coords(const Params& p, i64 it, int& v0, int& hv, int& n) {
-    constexpr int VT = VD / DVT;
-    v0 = (int)(it % VT) * DVT;
-    const i64 r = it / VT;
-    hv = (int)(r % p.HV);
-    n = (int)(r / p.HV);
+    constexpr u32 VT = VD / DVT;
+    const u32 u = (u32)it, r = u / VT, nh = (u32)p.HV;
+    v0 = (int)(u % VT) * DVT;
+    hv = (int)(r % nh);
+    n = (int)(r / nh);
 }
 // Item `it`'s initial pool row, -1 for none (or past the last item).
 __device__ __forceinline__ i64 item_rin(const Params& p, i64 it, i64 items) {
@@ -565,7 +567,8 @@ __device__ __forceinline__ void persistent_layout(const Params& p, PersistSmem& 
         }
         cp_async_commit();
         i64 ra = item_rin(p, it0 + G, items);
-        for (i64 k = 0;; ++k) {
+        // it1: item k + 1's index
+        for (i64 k = 0, it1 = it0 + G;; ++k, it1 += G) {
             __syncthreads(); // start of item k: its slot and its first token are published
             const volatile PItem* m = &sm.item[k & 1];
             if (!m->valid) break;
@@ -573,11 +576,11 @@ __device__ __forceinline__ void persistent_layout(const Params& p, PersistSmem& 
             // k - 1), then item k + 2's pool row in flight until item k + 1
             if (ra >= 0) {
                 int v0, hv, n;
-                item_coords(p, it0 + (k + 1) * G, v0, hv, n);
+                item_coords(p, it1, v0, hv, n);
                 state_copy<L>(p.state_in, p.s_in_dt, ra * p.HV + hv, tid, v0, ring[(k + 1) & 1]);
             }
             cp_async_commit();
-            const i64 rb = item_rin(p, it0 + (k + 2) * G, items);
+            const i64 rb = item_rin(p, it1 + G, items);
             float s[NU][4];
             if (rk >= 0) {
                 cp_async_wait_all_but_1();
@@ -610,12 +613,12 @@ __device__ __forceinline__ void persistent_layout(const Params& p, PersistSmem& 
         if (lane == 0) sm.item[0] = c;
         PItem n1 = item_meta(p, it0 + G, items);
         if (c.bos < c.eos) load_token<KDA>(p, sm.d, c.bos, 0, c.hv / p.group, c.hv, c.v0);
-        for (i64 k = 0;; ++k) {
+        for (i64 k = 0, it2 = it0 + 2 * G;; ++k, it2 += G) {
             __syncthreads(); // start of item k
             if (!c.valid) break;
             // slot (k + 1) & 1 was last read during item k - 1; published at item k + 1's start
             if (lane == 0) sm.item[(k + 1) & 1] = n1;
-            const PItem n2 = item_meta(p, it0 + (k + 2) * G, items);
+            const PItem n2 = item_meta(p, it2, items);
             const bool n1_tokens = n1.valid && n1.bos < n1.eos;
             for (int t = c.bos; t < c.eos; ++t) {
                 // the next token: this item's, else the next item's first
