@@ -51,6 +51,36 @@ fn check_gdn_long(
     cases::check_case(suite::engine(), backend, &case, &reference)
 }
 
+/// This test binary again as a child process with `var` = `value` (the backend reads its
+/// variables once, at construction), running the tests `filter` selects one at a time: prints
+/// the child's suite summaries (" ran, " lines) under the setting, panics with both outputs unless
+/// it succeeded, and returns its standard output.
+fn rerun_with(var: &str, value: &str, filter: &[&str]) -> String {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(&exe)
+        .args(filter)
+        .args(["--nocapture", "--test-threads=1"])
+        .env(var, value)
+        .output()
+        .expect("run the test binary");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for line in text.lines().filter(|l| l.contains(" ran, ")) {
+        println!("{var}={value}: {line}");
+    }
+    assert!(
+        out.status.success(),
+        "the tests {filter:?} with {var}={value} failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The rest of the line of `text` that starts with `marker` (the harness prints "test <name> ..."
+/// before a test's own output on the same line).
+fn reported<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
+    text.lines().find_map(|l| l.find(marker).map(|at| &l[at..]))
+}
+
 #[test]
 fn chunked_conformance() {
     if present() {
@@ -69,24 +99,10 @@ fn chunked_conformance_with_the_classic_fused_kernel() {
     if !present() || std::env::var_os("DELTARULE_CUDA_FUSED").is_some() {
         return;
     }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let out = std::process::Command::new(&exe)
-        .args(["chunked_", "--nocapture", "--test-threads=1"])
-        .env("DELTARULE_CUDA_FUSED", "classic")
-        .output()
-        .expect("run the test binary");
-    let text = String::from_utf8_lossy(&out.stdout);
-    for line in text
-        .lines()
-        .filter(|l| l.contains(" ran, ") || l.contains("sequences on"))
-    {
+    let text = rerun_with("DELTARULE_CUDA_FUSED", "classic", &["chunked_"]);
+    for line in text.lines().filter(|l| l.contains("sequences on")) {
         println!("DELTARULE_CUDA_FUSED=classic: {line}");
     }
-    assert!(
-        out.status.success(),
-        "chunked conformance with the classic fused kernel failed:\n{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(text.contains(" ran, "), "no suite ran:\n{text}");
 }
 
@@ -183,28 +199,11 @@ fn recurrent_entry_points_agree() {
     }
     let mine = recurrent_many_items_errors();
     println!("default: {mine}");
-    let exe = std::env::current_exe().expect("the test binary's path");
     for bits in [65536, 131072, 262144] {
         let mode = (37249 | bits).to_string();
-        let out = std::process::Command::new(&exe)
-            .args(["recurrent_", "--nocapture", "--test-threads=1"])
-            .env("DELTARULE_CUDA_MODE", &mode)
-            .output()
-            .expect("run the test binary");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "DELTARULE_CUDA_MODE={mode} failed:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for l in text.lines().filter(|l| l.contains(" ran, ")) {
-            println!("DELTARULE_CUDA_MODE={mode}: {l}");
-        }
-        let theirs = text
-            .lines()
-            .find_map(|l| l.find("many-items errors: ").map(|at| &l[at..]));
+        let text = rerun_with("DELTARULE_CUDA_MODE", &mode, &["recurrent_"]);
         assert_eq!(
-            theirs,
+            reported(&text, "many-items errors: "),
             Some(mine.as_str()),
             "DELTARULE_CUDA_MODE={mode} disagrees with the default:\n{text}"
         );
@@ -251,22 +250,8 @@ fn small_bh_conformance_with_each_wgmma_state_pass() {
     if !present() || std::env::var_os("DELTARULE_CUDA_STATE_BV").is_some() {
         return; // (a forced pass already applies to small_bh_conformance itself)
     }
-    let exe = std::env::current_exe().expect("the test binary's path");
     for pass in ["16", "wg", "wgt"] {
-        let out = std::process::Command::new(&exe)
-            .args(["small_bh_", "--nocapture", "--test-threads=1"])
-            .env("DELTARULE_CUDA_STATE_BV", pass)
-            .output()
-            .expect("run the test binary");
-        let text = String::from_utf8_lossy(&out.stdout);
-        for line in text.lines().filter(|l| l.contains(" ran, ")) {
-            println!("DELTARULE_CUDA_STATE_BV={pass}: {line}");
-        }
-        assert!(
-            out.status.success(),
-            "small-bh conformance with DELTARULE_CUDA_STATE_BV={pass} failed:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = rerun_with("DELTARULE_CUDA_STATE_BV", pass, &["small_bh_"]);
         assert!(
             text.contains(" ran, "),
             "no suite ran with the pass forced:\n{text}"
@@ -357,29 +342,13 @@ fn overlapped_pair_through_auto() {
     if std::env::var_os("DELTARULE_CUDA_OVERLAP").is_some() {
         return; // (the child)
     }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let out = std::process::Command::new(&exe)
-        .args([
-            "--exact",
-            "overlapped_pair_through_auto",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("DELTARULE_CUDA_OVERLAP", "off")
-        .output()
-        .expect("run the test binary");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the same with the overlap off failed:\n{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = rerun_with(
+        "DELTARULE_CUDA_OVERLAP",
+        "off",
+        &["--exact", "overlapped_pair_through_auto"],
     );
-    // (the harness prints "test <name> ... " first, on the same line)
-    let theirs = text
-        .lines()
-        .find_map(|l| l.find("overlap errors: ").map(|at| &l[at..]));
     assert_eq!(
-        theirs,
+        reported(&text, "overlap errors: "),
         Some(line.as_str()),
         "overlap on and off disagree:\n{text}"
     );
