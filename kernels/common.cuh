@@ -135,6 +135,10 @@ __device__ __forceinline__ u64* trace_base(const Params& p) {
 
 // ------------------------------------------------------------------ conversions
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
+// The helpers written in inline PTX (conversions, fast math, streaming stores, cp.async) sit in
+// `#ifndef DELTARULE_EMU` blocks: the CPU emulator of the decode kernels
+// (backends/cuda/tests/emulated.rs, emu/emu.h) defines them in C++ instead.
+#ifndef DELTARULE_EMU
 // Round to nearest even (the hardware conversion of sm_80+: one instruction where the bit
 // arithmetic took six; NaN stays NaN).
 __device__ __forceinline__ u16 f32_to_bf16(float f) {
@@ -152,6 +156,7 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+#endif
 
 __device__ __forceinline__ float ld_f(const void* p, i64 i, int dt) {
     if (dt == DT_F32) return ((const float*)p)[i];
@@ -232,6 +237,7 @@ __device__ __forceinline__ void st2(void* p, i64 i, float x, float y) {
         *(u32*)((u16*)p + i) = a | (b << 16);
     }
 }
+#ifndef DELTARULE_EMU
 // (x, y) as one 32-bit word of two bf16 / f16 halves, x in the low half (the lower address).
 __device__ __forceinline__ u32 pack_bf16x2(float x, float y) {
     u32 r;
@@ -243,6 +249,7 @@ __device__ __forceinline__ u32 pack_f16x2(float x, float y) {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(y), "f"(x));
     return r;
 }
+#endif
 template <int DT>
 __device__ __forceinline__ void st1(void* p, i64 i, float x) {
     if (DT == DT_F32) ((float*)p)[i] = x;
@@ -250,6 +257,7 @@ __device__ __forceinline__ void st1(void* p, i64 i, float x) {
 }
 
 // ------------------------------------------------------------------ math (f32)
+#ifndef DELTARULE_EMU
 __device__ __forceinline__ float fexp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -260,6 +268,12 @@ __device__ __forceinline__ float flog2(float x) {
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
+__device__ __forceinline__ float frsqrt(float x) {
+    float y;
+    asm("rsqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
 __device__ __forceinline__ float fexp(float x) { return fexp2(x * 1.4426950408889634f); }
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + fexp(-x)); }
 __device__ __forceinline__ float softplusf_(float x) {

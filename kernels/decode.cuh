@@ -120,12 +120,14 @@ __device__ __forceinline__ void state_convert(int dt, const u32 (&raw)[NU][4], f
     }
 }
 
+#ifndef DELTARULE_EMU
 __device__ __forceinline__ void st_cs_f4(float* p, float a, float b, float c, float d) {
     asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d));
 }
 __device__ __forceinline__ void st_cs_u2(u16* p, u32 a, u32 b) {
     asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b));
 }
+#endif
 // Stores this thread's units into state slot `slot` (same arrangement as `state_issue`).
 template <int L>
 __device__ __forceinline__ void state_store(void* base, int dt, i64 slot, int tid, int v0,
@@ -247,8 +249,8 @@ __device__ __forceinline__ void token_store(const Params& p, DecodeSmem& sm, con
             sk += __shfl_xor_sync(0xffffffffu, sk, o);
             sq += __shfl_xor_sync(0xffffffffu, sq, o);
         }
-        asm("rsqrt.approx.f32 %0, %1;" : "=f"(rnk) : "f"(sk + 1e-6f));
-        asm("rsqrt.approx.f32 %0, %1;" : "=f"(rnq) : "f"(sq + 1e-6f));
+        rnk = frsqrt(sk + 1e-6f);
+        rnq = frsqrt(sq + 1e-6f);
     }
     const float a = (p.gate != GATE_LOG && p.has_a_log) ? fexp(x.alog) : 1.0f; // gate_a
     float kq = 0.0f;
@@ -468,6 +470,7 @@ struct PersistSmem {
 };
 constexpr int PSTAGE = NU * DTH * 16; // one state tile (f32; 16-bit tiles use half)
 
+#ifndef DELTARULE_EMU
 __device__ __forceinline__ u32 dsmem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void cp_async_16(void* s, const void* g) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dsmem_addr(s)), "l"(g) : "memory");
@@ -478,6 +481,7 @@ __device__ __forceinline__ void cp_async_8(void* s, const void* g) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // every group of this thread but the last committed one has landed
 __device__ __forceinline__ void cp_async_wait_all_but_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+#endif
 
 // Item `it`'s coordinates (V tile fastest, then value head, then sequence); it < items <=
 // i32::MAX (the host's grid_limit), so 32-bit divisions (a 64-bit one is a ~70-instruction

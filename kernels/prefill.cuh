@@ -194,11 +194,7 @@ __device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
             : "memory");
     } while (!done);
 }
-__device__ __forceinline__ float frsqrt(float x) {
-    float y;
-    asm("rsqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
+// (frsqrt: common.cuh)
 
 // Output tiles of an M x N product shared by NW warps: warp w owns tiles [w*PER, (w+1)*PER), tile
 // index = mt * NT + nt.

@@ -511,8 +511,7 @@ impl CudaBackend {
             }
             (pass, ov)
         });
-        let needs_tables = kernel != Kernel::Recurrent || p.checkpoint_every.is_some();
-        if needs_tables {
+        if needs_tables(kernel, p) {
             launch_one(
                 &varlen,
                 "varlen_build_tables",
@@ -633,16 +632,12 @@ impl CudaBackend {
                 )?;
             }
             Kernel::Recurrent => {
-                let name = format!("{prefix}_decode_{}", self.modes.decode_entry());
-                // items (V tile, value head, sequence) on a 1-D grid, a block each or (the
-                // persistent form) 4 blocks an SM walking them; 4 state warps + 1 token-input
-                // warp (NTH in kernels/decode.cuh); within i32::MAX: grid_limit, supports()
-                let blocks = self.modes.decode_blocks(decode_items(p), sms) as u32;
+                let (name, blocks, threads) = recurrent_launch(p, self.modes, sms);
                 launch_one(
                     &main,
                     &name,
                     (blocks, 1, 1),
-                    160,
+                    threads,
                     0,
                     stream,
                     &prm,
@@ -761,6 +756,30 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
 /// 64-column tiles were faster on every shape measured, gdn 16/32 16x1024 0.943 -> 0.847 ms,
 /// 256x64 1.930 -> 1.428, kda 32/32 64x256 1.468 -> 1.293; session 4 had limited them to one
 /// wave.)
+/// Whether a launch of `kernel` on `p` starts with the metadata kernel `varlen_build_tables`
+/// (chunk table, chunk and checkpoint offsets): every kernel but the token recurrence needs the
+/// tables, the recurrence only the checkpoint offsets.
+pub fn needs_tables(kernel: Kernel, p: &Problem) -> bool {
+    kernel != Kernel::Recurrent || p.checkpoint_every.is_some()
+}
+
+/// The token recurrence's launch: entry point, 1-D grid and threads. The items (V tile, value
+/// head, sequence) get a block each, or (the persistent form) 4 blocks an SM walk them; 4 state
+/// warps + 1 token-input warp (NTH in kernels/decode.cuh); within i32::MAX (grid_limit,
+/// supports()). The CPU emulator test (tests/emulated.rs) launches the same.
+pub fn recurrent_launch(p: &Problem, modes: Modes, sms: usize) -> (String, u32, u32) {
+    let prefix = match p.op {
+        Op::Gdn => "gdn",
+        Op::Kda => "kda",
+    };
+    let blocks = modes.decode_blocks(decode_items(p), sms) as u32;
+    (
+        format!("{prefix}_decode_{}", modes.decode_entry()),
+        blocks,
+        160,
+    )
+}
+
 /// Work items of the token recurrence, a block each: V / 32 columns x HV x N.
 fn decode_items(p: &Problem) -> usize {
     (p.v / 32).saturating_mul(p.hv).saturating_mul(p.seqs)

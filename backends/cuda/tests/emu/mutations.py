@@ -1,0 +1,62 @@
+"""Checks that the emulated decode tests (backends/cuda/tests/emulated.rs) can fail: applies each
+mutation below to kernels/decode.cuh in turn (one small protocol or indexing error of the
+persistent form each), runs `cargo test -p deltarule-cuda --test emulated`, prints how it failed,
+and restores the file (also on Ctrl-C). Every mutation must make the tests fail; the script exits
+1 if one does not. About 40 s a mutation on 2 cores.
+Usage (repository root): python3 backends/cuda/tests/emu/mutations.py [NAME ...]"""
+import subprocess
+import sys
+
+MUTATIONS = {
+    "no_wait": ("                cp_async_wait_all_but_1();\n", ""),
+    "stage_swap": ("ring[(k + 1) & 1]);", "ring[k & 1]);"),
+    "empty_item_preload": (
+        "if (c.bos >= c.eos && n1_tokens) load_token<KDA>(p, sm.d, n1.bos, cur,",
+        "if (c.bos >= c.eos && n1_tokens) load_token<KDA>(p, sm.d, n1.bos, cur ^ 1,",
+    ),
+    "extra_bar": (
+        "                cur ^= 1;\n                if (more) __syncthreads();",
+        "                cur ^= 1;\n                __syncthreads();",
+    ),
+    "next_into_cur": (
+        "load_token<KDA>(p, sm.d, tn, cur ^ 1, hvn / p.group, hvn, v0n);",
+        "load_token<KDA>(p, sm.d, tn, cur, hvn / p.group, hvn, v0n);",
+    ),
+    "slot_early": (
+        "            if (lane == 0) sm.item[(k + 1) & 1] = n1;",
+        "            if (lane == 0) sm.item[k & 1] = n1;",
+    ),
+    "copy_oob": (
+        "cp_async_16(stage + (i * DTH + tid) * 16, src + i * unit_stride<L>());",
+        "cp_async_16(stage + (i * DTH + tid) * 16, src + (i + 1) * unit_stride<L>());",
+    ),
+}
+
+PATH = "kernels/decode.cuh"
+orig = open(PATH).read()
+names = sys.argv[1:] or list(MUTATIONS)
+survived = []
+try:
+    for name in names:
+        old, new = MUTATIONS[name]
+        if orig.count(old) != 1:
+            sys.exit(f"{name}: the text to mutate is not in {PATH} exactly once; update this script")
+        with open(PATH, "w") as f:
+            f.write(orig.replace(old, new))
+        r = subprocess.run(
+            ["cargo", "test", "-q", "-p", "deltarule-cuda", "--test", "emulated"],
+            capture_output=True,
+            text=True,
+        )
+        why = [l for l in (r.stdout + r.stderr).splitlines() if "emulator:" in l or "rel_l2" in l or "differs" in l]
+        print(f"{name}: {'FAILED (caught)' if r.returncode else 'PASSED (not caught)'}")
+        for line in why[:2]:
+            print("   ", line.strip()[:200])
+        if r.returncode == 0:
+            survived.append(name)
+finally:
+    with open(PATH, "w") as f:
+        f.write(orig)
+if survived:
+    sys.exit(f"mutations the tests did not catch: {', '.join(survived)}")
+print(f"all {len(names)} mutations caught")
