@@ -309,9 +309,15 @@ fn check(case: &Case, got: &Outputs, want: &Outputs) -> String {
 
 /// A decode problem of 30 sequences of 0 to 3 tokens (several V tiles and value heads: more
 /// items than the persistent grid's blocks, and not a multiple of them).
-fn problem(op: Op, layout: StateLayout, dt: DType, (h, hv): (usize, usize), d: usize) -> Case {
+fn problem(
+    op: Op,
+    layout: StateLayout,
+    dt: DType,
+    (h, hv): (usize, usize),
+    (k, v): (usize, usize),
+) -> Case {
     let lens: Vec<usize> = (0..30).map(|i| [1, 0, 2, 1, 3, 1, 1][i % 7]).collect();
-    let mut p = Problem::new(op, Mode::Decode, lens.len(), lens.iter().sum(), h, hv, d, d);
+    let mut p = Problem::new(op, Mode::Decode, lens.len(), lens.iter().sum(), h, hv, k, v);
     p.state_in_dtype = dt;
     p.state_out_dtype = dt;
     p.layout = layout;
@@ -328,21 +334,21 @@ fn problem(op: Op, layout: StateLayout, dt: DType, (h, hv): (usize, usize), d: u
     }
     let mut case = generate::generate(&p, &lens, 5, generate::DataStyle::default())
         .expect("generate the problem");
-    case.name = format!("{op:?} {layout:?} {dt} {h}/{hv} K=V={d}");
+    case.name = format!("{op:?} {layout:?} {dt} {h}/{hv} K={k} V={v}");
     case
 }
 
 /// One configuration: the block-per-item kernel and the persistent one (20 blocks: 5
 /// "multiprocessors") against float64; the persistent one bit-identical to it, and again under
 /// another fiber order and grid (8 blocks).
-fn emulate(op: Op, layout: StateLayout, dt: DType, heads: (usize, usize), d: usize) {
+fn emulate(op: Op, layout: StateLayout, dt: DType, heads: (usize, usize), dims: (usize, usize)) {
     let Some(cxx) = compiler() else { return };
     let module = match op {
         Op::Gdn => Module::GdnDecode,
         Op::Kda => Module::KdaDecode,
     };
-    let exe = emulator(&cxx, module, d, d);
-    let case = problem(op, layout, dt, heads, d);
+    let exe = emulator(&cxx, module, dims.0, dims.1);
+    let case = problem(op, layout, dt, heads, dims);
     let want = diff::reference_outputs(&case).expect("the float64 reference");
     let block = Modes::DEFAULT;
     let persist = Modes(Modes::DEFAULT.0 | Modes::DEC_PERSIST);
@@ -368,20 +374,26 @@ fn emulate(op: Op, layout: StateLayout, dt: DType, heads: (usize, usize), d: usi
 
 #[test]
 fn emulated_gdn_kv_f32_pool() {
-    emulate(Op::Gdn, StateLayout::Kv, DType::F32, (1, 2), 128);
+    emulate(Op::Gdn, StateLayout::Kv, DType::F32, (1, 2), (128, 128));
 }
 
 #[test]
 fn emulated_gdn_vk_f16_dense() {
-    emulate(Op::Gdn, StateLayout::Vk, DType::F16, (2, 4), 64);
+    emulate(Op::Gdn, StateLayout::Vk, DType::F16, (2, 4), (64, 64));
+}
+
+/// K = 32 (one unit a state thread in vk's column sums), a GVA group of 4, an f32 pool.
+#[test]
+fn emulated_gdn_vk_k32_gva4() {
+    emulate(Op::Gdn, StateLayout::Vk, DType::F32, (1, 4), (32, 64));
 }
 
 #[test]
 fn emulated_kda_vk_bf16_pool() {
-    emulate(Op::Kda, StateLayout::Vk, DType::BF16, (2, 4), 64);
+    emulate(Op::Kda, StateLayout::Vk, DType::BF16, (2, 4), (64, 64));
 }
 
 #[test]
 fn emulated_kda_kv_f32_pool() {
-    emulate(Op::Kda, StateLayout::Kv, DType::F32, (1, 2), 128);
+    emulate(Op::Kda, StateLayout::Kv, DType::F32, (1, 2), (128, 128));
 }
