@@ -749,13 +749,6 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
     Ok(())
 }
 
-/// The V tile of the small-bh state pass (one CTA per SM: 230 KB of shared memory): 16 columns
-/// when the 32-column tiles of all (sequence, value head) pairs fill at most half the SMs; 64
-/// when the 32-column tiles would need a second wave (V >= 64); else 32 (a forced width
-/// overrides it, see [`state_pass`]). (H200, session 6, bench/h200_s6f.sh and s6g.sh: with more than one wave the
-/// 64-column tiles were faster on every shape measured, gdn 16/32 16x1024 0.943 -> 0.847 ms,
-/// 256x64 1.930 -> 1.428, kda 32/32 64x256 1.468 -> 1.293; session 4 had limited them to one
-/// wave.)
 /// Whether a launch of `kernel` on `p` starts with the metadata kernel `varlen_build_tables`
 /// (chunk table, chunk and checkpoint offsets): every kernel but the token recurrence needs the
 /// tables, the recurrence only the checkpoint offsets.
@@ -803,6 +796,13 @@ fn grid_limit(kernel: Kernel, p: &Problem) -> Option<String> {
     }
 }
 
+/// The V tile of the small-bh state pass (one CTA per SM: 230 KB of shared memory): 16 columns
+/// when the 32-column tiles of all (sequence, value head) pairs fill at most half the SMs; 64
+/// when the 32-column tiles would need a second wave (V >= 64); else 32 (a forced width
+/// overrides it, see [`state_pass`]). (H200, session 6, bench/h200_s6f.sh and s6g.sh: with more than one wave the
+/// 64-column tiles were faster on every shape measured, gdn 16/32 16x1024 0.943 -> 0.847 ms,
+/// 256x64 1.930 -> 1.428, kda 32/32 64x256 1.468 -> 1.293; session 4 had limited them to one
+/// wave.)
 fn state_tile(p: &Problem, sms: usize) -> usize {
     let pairs = p.seqs * p.hv;
     if pairs * (p.v / 32) * 2 <= sms {
