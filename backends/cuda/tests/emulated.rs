@@ -12,8 +12,8 @@
 //! and fail when `DELTARULE_REQUIRE_CXX=1` (CI).
 
 use deltarule_core::{
-    compare, DType, FinalState, HostTensor, InitialState, Kernel, Mode, Op, Outputs, Precision,
-    Problem, StateLayout,
+    compare, BetaMode, DType, FinalState, Gate, HostTensor, InitialState, Kernel, Mode, Op,
+    Outputs, Precision, Problem, StateLayout,
 };
 use deltarule_cuda::kernels::Module;
 use deltarule_cuda::{launch, needs_tables, recurrent_launch, DevicePtrs, Modes, WorkspaceLayout};
@@ -308,13 +308,15 @@ fn check(case: &Case, got: &Outputs, want: &Outputs) -> String {
 }
 
 /// A decode problem of 30 sequences of 0 to 3 tokens (several V tiles and value heads: more
-/// items than the persistent grid's blocks, and not a multiple of them).
+/// items than the persistent grid's blocks, and not a multiple of them) with l2norm, the states in
+/// `dt`; `states` sets the initial and final states and the checkpoints, and anything else.
 fn problem(
     op: Op,
     layout: StateLayout,
     dt: DType,
     (h, hv): (usize, usize),
     (k, v): (usize, usize),
+    states: impl Fn(&mut Problem),
 ) -> Case {
     let lens: Vec<usize> = (0..30).map(|i| [1, 0, 2, 1, 3, 1, 1][i % 7]).collect();
     let mut p = Problem::new(op, Mode::Decode, lens.len(), lens.iter().sum(), h, hv, k, v);
@@ -322,33 +324,35 @@ fn problem(
     p.state_out_dtype = dt;
     p.layout = layout;
     p.l2norm = true;
-    if dt == DType::F16 {
-        // dense in and out, checkpoints every token
-        p.initial = InitialState::Dense;
-        p.final_state = FinalState::Dense;
-        p.checkpoint_every = Some(1);
-    } else {
-        p.initial = InitialState::Pool { rows: 36 };
-        p.final_state = FinalState::InPlace;
-        p.checkpoint_every = Some(2);
-    }
+    states(&mut p);
     let mut case = generate::generate(&p, &lens, 5, generate::DataStyle::default())
         .expect("generate the problem");
-    case.name = format!("{op:?} {layout:?} {dt} {h}/{hv} K={k} V={v}");
+    case.name = format!(
+        "{op:?} {layout:?} {dt} {h}/{hv} K={k} V={v} {:?} -> {:?} ckpt {:?}",
+        p.initial, p.final_state, p.checkpoint_every
+    );
     case
+}
+
+/// A pool of 36 rows updated in place (6 rows named by no index), checkpoints every 2 tokens.
+fn pool(p: &mut Problem) {
+    p.initial = InitialState::Pool { rows: 36 };
+    p.final_state = FinalState::InPlace;
+    p.checkpoint_every = Some(2);
 }
 
 /// One configuration: the block-per-item kernel and the persistent one (20 blocks: 5
 /// "multiprocessors") against float64; the persistent one bit-identical to it, and again under
 /// another fiber order and grid (8 blocks).
-fn emulate(op: Op, layout: StateLayout, dt: DType, heads: (usize, usize), dims: (usize, usize)) {
+fn emulate(case: impl Fn() -> Case) {
     let Some(cxx) = compiler() else { return };
-    let module = match op {
+    let case = case();
+    let p = &case.problem;
+    let module = match p.op {
         Op::Gdn => Module::GdnDecode,
         Op::Kda => Module::KdaDecode,
     };
-    let exe = emulator(&cxx, module, dims.0, dims.1);
-    let case = problem(op, layout, dt, heads, dims);
+    let exe = emulator(&cxx, module, p.k, p.v);
     let want = diff::reference_outputs(&case).expect("the float64 reference");
     let block = Modes::DEFAULT;
     let persist = Modes(Modes::DEFAULT.0 | Modes::DEC_PERSIST);
@@ -374,26 +378,100 @@ fn emulate(op: Op, layout: StateLayout, dt: DType, heads: (usize, usize), dims: 
 
 #[test]
 fn emulated_gdn_kv_f32_pool() {
-    emulate(Op::Gdn, StateLayout::Kv, DType::F32, (1, 2), (128, 128));
+    emulate(|| {
+        problem(
+            Op::Gdn,
+            StateLayout::Kv,
+            DType::F32,
+            (1, 2),
+            (128, 128),
+            pool,
+        )
+    });
 }
 
+/// Dense initial and final states in f16, checkpoints every token, f16 inputs.
 #[test]
 fn emulated_gdn_vk_f16_dense() {
-    emulate(Op::Gdn, StateLayout::Vk, DType::F16, (2, 4), (64, 64));
+    emulate(|| {
+        problem(
+            Op::Gdn,
+            StateLayout::Vk,
+            DType::F16,
+            (2, 4),
+            (64, 64),
+            |p| {
+                p.initial = InitialState::Dense;
+                p.final_state = FinalState::Dense;
+                p.checkpoint_every = Some(1);
+                p.qkv_dtype = DType::F16;
+            },
+        )
+    });
 }
 
-/// K = 32 (one unit a state thread in vk's column sums), a GVA group of 4, an f32 pool.
+/// K = 32 (one unit a state thread in vk's column sums), a GVA group of 4, no initial state (no
+/// copies at all in the persistent form), dense final states, a softplus gate, beta as doubled
+/// logits.
 #[test]
 fn emulated_gdn_vk_k32_gva4() {
-    emulate(Op::Gdn, StateLayout::Vk, DType::F32, (1, 4), (32, 64));
+    emulate(|| {
+        problem(
+            Op::Gdn,
+            StateLayout::Vk,
+            DType::F32,
+            (1, 4),
+            (32, 64),
+            |p| {
+                p.initial = InitialState::None;
+                p.final_state = FinalState::Dense;
+                p.gate = Gate::Softplus;
+                p.a_log = true;
+                p.beta = BetaMode::Logit2;
+            },
+        )
+    });
 }
 
-#[test]
-fn emulated_kda_vk_bf16_pool() {
-    emulate(Op::Kda, StateLayout::Vk, DType::BF16, (2, 4), (64, 64));
-}
-
+/// A softplus gate (A_log and dt_bias), beta as logits, i64 offsets and indices.
 #[test]
 fn emulated_kda_kv_f32_pool() {
-    emulate(Op::Kda, StateLayout::Kv, DType::F32, (1, 2), (128, 128));
+    emulate(|| {
+        problem(
+            Op::Kda,
+            StateLayout::Kv,
+            DType::F32,
+            (1, 2),
+            (128, 128),
+            |p| {
+                pool(p);
+                p.gate = Gate::Softplus;
+                p.a_log = true;
+                p.beta = BetaMode::Logit;
+                p.offsets_dtype = DType::I64;
+                p.index_dtype = DType::I64;
+            },
+        )
+    });
+}
+
+/// A dense bf16 initial state and no final state (only the outputs and checkpoints every 3), a
+/// lower-bound gate.
+#[test]
+fn emulated_kda_vk_bf16() {
+    emulate(|| {
+        problem(
+            Op::Kda,
+            StateLayout::Vk,
+            DType::BF16,
+            (2, 4),
+            (64, 64),
+            |p| {
+                p.initial = InitialState::Dense;
+                p.final_state = FinalState::None;
+                p.checkpoint_every = Some(3);
+                p.gate = Gate::LowerBound(-3.0);
+            },
+        )
+    });
 }
