@@ -1,6 +1,6 @@
 """Checks that the emulated decode tests (backends/cuda/tests/emulated.rs) can fail: applies each
-mutation below to kernels/decode.cuh in turn (one small protocol or indexing error of the
-persistent form each), runs `cargo test -p deltarule-cuda --test emulated`, prints how it failed,
+mutation below to kernels/decode.cuh in turn (one small protocol or indexing error each, of the
+persistent form or of the block-per-item kernel), runs `cargo test -p deltarule-cuda --test emulated`, prints how it failed,
 and restores the file (also on Ctrl-C). Every mutation must make the tests fail; the script exits
 1 if one does not. About 40 s a mutation on 2 cores.
 Usage (repository root): python3 backends/cuda/tests/emu/mutations.py [NAME ...]"""
@@ -25,6 +25,12 @@ MUTATIONS = {
     "slot_early": (
         "            if (lane == 0) sm.item[(k + 1) & 1] = n1;",
         "            if (lane == 0) sm.item[k & 1] = n1;",
+    ),
+    # the block-per-item kernel: no barrier between tokens, the next token over the current one
+    "block_no_token_bar": ("        if (t + 1 < eos) __syncthreads();\n    }\n", "    }\n"),
+    "block_next_into_b": (
+        "load_token<KDA>(p, sm, t + 1, b ^ 1, h, hv, v0);",
+        "load_token<KDA>(p, sm, t + 1, b, h, hv, v0);",
     ),
     "copy_oob": (
         "cp_async_16(stage + (i * DTH + tid) * 16, src + i * unit_stride<L>());",
