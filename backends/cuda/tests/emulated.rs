@@ -51,6 +51,30 @@ fn fnv(s: &str) -> u64 {
     })
 }
 
+/// `src` with `EMU_SHARED_FRESH(name);` after each one-line `__shared__` declaration of one
+/// variable (emu.h fills it with 0xff bytes when a block first reaches it).
+fn fresh_shared(src: &str) -> String {
+    let mut out = String::with_capacity(src.len() + 1024);
+    for line in src.lines() {
+        out.push_str(line);
+        if let Some(at) = line.find("__shared__") {
+            let decl = line[at..].split(';').next().unwrap_or_default();
+            assert!(
+                line.trim_end().ends_with(';') && !decl.contains(','),
+                "the emulator takes one `__shared__` variable a line: {line}"
+            );
+            let name = decl
+                .split('[')
+                .next()
+                .and_then(|d| d.split_whitespace().last())
+                .expect("a declared name");
+            out.push_str(&format!(" EMU_SHARED_FRESH({name});"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The emulator of `module` (a decode module) for head dims (k, v): the module's source, then
 /// varlen.cu, then the entry table; built once per source and options into the target's
 /// scratch folder (builds run one at a time: the compiler is the slow part on a small machine).
@@ -63,10 +87,11 @@ fn emulator(cxx: &str, module: Module, k: usize, v: usize) -> PathBuf {
         .map(|e| format!("{{\"{e}\", {e}}},"))
         .collect();
     let src = format!(
-        "#include \"{EMU_H}\"\n{}\n#line 1 \"varlen.cu\"\n{VARLEN}\n#line 1 \"emu_entries\"\n\
+        "#include \"{EMU_H}\"\n{}\n#line 1 \"varlen.cu\"\n{}\n#line 1 \"emu_entries\"\n\
          struct EmuEntry {{ const char* name; void (*fn)(const Params); }};\n\
          static const EmuEntry EMU_ENTRIES[] = {{\n{}\n}};\n#include \"{EMU_MAIN}\"\n",
-        module.source(),
+        fresh_shared(module.source()),
+        fresh_shared(VARLEN),
         table.join("\n")
     );
     let flags = [

@@ -4,7 +4,7 @@
 // as C++ by the host compiler with DELTARULE_EMU defined: the PTX helpers of the kernels are
 // replaced by the C++ ones below (see the `#ifndef DELTARULE_EMU` blocks there).
 //
-// A block's threads are fibers (ucontext) on one OS thread. A fiber runs until it reaches a block
+// A block's threads are fibers (ucontext) on one OS thread; its shared memory starts as 0xff bytes. A fiber runs until it reaches a block
 // barrier or a warp shuffle, or returns; the scheduler then runs the other fibers, in an order
 // drawn from the seed, so a read that no barrier orders after its write sees a different value
 // under another seed. It completes a warp's shuffle when every lane of the warp that has not
@@ -40,6 +40,12 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+// Follows each `__shared__` declaration (the test adds it to the source): the first thread of a
+// block that passes it fills the variable with 0xff bytes, so a read of shared memory that the
+// block did not write first sees NaN or garbage, as on a device, where a block finds what an
+// earlier block left. (A section attribute cannot gather them: GCC ignores it on the statics
+// of templates.)
+#define EMU_SHARED_FRESH(x) emu::fresh(&(x), sizeof(x))
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__
 
@@ -115,8 +121,28 @@ inline void fiber_main() {
     // (returns to `sched` through uc_link)
 }
 
+inline long block_epoch = 0; // blocks started
+struct Fresh {
+    const void* at;
+    long epoch;
+};
+inline std::vector<Fresh> fresh_vars;
+inline void fresh(void* at, size_t bytes) {
+    for (Fresh& f : fresh_vars)
+        if (f.at == at) {
+            if (f.epoch != block_epoch) {
+                f.epoch = block_epoch;
+                std::memset(at, 0xff, bytes);
+            }
+            return;
+        }
+    fresh_vars.push_back({at, block_epoch});
+    std::memset(at, 0xff, bytes);
+}
+
 // Runs one block of `n` threads to completion.
 inline void run_block(int n) {
+    ++block_epoch;
     const int warps = (n + 31) / 32;
     if ((int)fibers.size() < n) fibers.resize(n);
     while ((int)stacks.size() < n) {

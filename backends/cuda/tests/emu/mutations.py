@@ -26,6 +26,7 @@ MUTATIONS = {
         "            if (lane == 0) sm.item[(k + 1) & 1] = n1;",
         "            if (lane == 0) sm.item[k & 1] = n1;",
     ),
+    "no_first_slot": ("        if (lane == 0) sm.item[0] = c;\n", ""),
     # the block-per-item kernel: no barrier between tokens, the next token over the current one
     "block_no_token_bar": ("        if (t + 1 < eos) __syncthreads();\n    }\n", "    }\n"),
     "block_next_into_b": (
