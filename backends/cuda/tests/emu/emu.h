@@ -146,9 +146,11 @@ inline void run_block(int n) {
     const int warps = (n + 31) / 32;
     if ((int)fibers.size() < n) fibers.resize(n);
     while ((int)stacks.size() < n) {
-        char* s = (char*)std::malloc(STACK);
-        if (!s) fail("out of memory for fiber stacks");
-        stacks.push_back(s);
+        // a page with no access below each stack: an overflow stops the run (SIGSEGV)
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        char* s = (char*)mmap(nullptr, STACK + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (s == MAP_FAILED || mprotect(s, page, PROT_NONE) != 0) fail("no memory for fiber stacks");
+        stacks.push_back(s + page);
     }
     for (int t = 0; t < n; ++t) {
         Fiber& f = fibers[t];
