@@ -2,7 +2,8 @@
 //! decode.cuh, {gdn,kda}_decode.cu, with varlen.cu for the checkpoint offsets), exactly as NVRTC
 //! gets them, compiled by the host C++ compiler against the emulator of `tests/emu/emu.h`, which
 //! runs a block's threads as fibers in a seeded order with real barriers and warp shuffles,
-//! lands cp.async copies only at their wait (NaN before), puts a page with no access after every
+//! starts a block's shared memory as 0xff bytes, lands cp.async copies only at their wait (NaN
+//! before), puts a page with no access after every
 //! buffer, and stops on a deadlock or on threads of a block that pass different numbers of
 //! barriers (see there). No GPU is needed: CI checks the indexing and the barrier protocol of
 //! every decode entry point form, the block-per-item kernel and the persistent one, each
@@ -52,15 +53,17 @@ fn fnv(s: &str) -> u64 {
 }
 
 /// `src` with `EMU_SHARED_FRESH(name);` after each one-line `__shared__` declaration of one
-/// variable (emu.h fills it with 0xff bytes when a block first reaches it).
+/// variable (emu.h fills it with 0xff bytes when a block first reaches it; comments after `//`
+/// are not looked at).
 fn fresh_shared(src: &str) -> String {
     let mut out = String::with_capacity(src.len() + 1024);
     for line in src.lines() {
         out.push_str(line);
-        if let Some(at) = line.find("__shared__") {
-            let decl = line[at..].split(';').next().unwrap_or_default();
+        let code = line.split("//").next().unwrap_or_default();
+        if let Some(at) = code.find("__shared__") {
+            let decl = code[at..].split(';').next().unwrap_or_default();
             assert!(
-                line.trim_end().ends_with(';') && !decl.contains(','),
+                code.trim_end().ends_with(';') && !decl.contains(','),
                 "the emulator takes one `__shared__` variable a line: {line}"
             );
             let name = decl
