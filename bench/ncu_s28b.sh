@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# bench/ncu_s28b.sh: session 28, where the persistent decode form's warps stall on the gdn decode
+# anchor (H100): Nsight Compute warp-state sampling per source line and SASS instruction of one
+# launch of each form. Carry: .dev/pack
+set -uo pipefail
+source bench/h200_env.sh
+B=.dev/bin/deltarule
+NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+$NCU --version | tail -1
+for m in 299393 37249; do
+  DELTARULE_CUDA_MODE=$m timeout 200 $NCU -k regex:decode --launch-skip 3 --launch-count 1 \
+    --section WarpStateStats --section SourceCounters --print-details all --print-source cuda,sass \
+    $B bench --backend cuda --shape gdn-decode-16/32-256x1 --iters 5 > "$OUT/ncu_src_$m.txt" 2>&1
+  echo "mode $m rc=$? $(wc -c < "$OUT/ncu_src_$m.txt") bytes"
+done
+cd "$OUT" && xz -T4 ncu_src_*.txt && ls -la
