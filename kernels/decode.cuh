@@ -467,6 +467,7 @@ struct PItem {
 struct PersistSmem {
     DecodeSmem d;
     PItem item[2];
+    u64 row[2][DTH]; // each state thread's copy of a later item's pool index (raw)
 };
 constexpr int PSTAGE = NU * DTH * 16; // one state tile (f32; 16-bit tiles use half)
 
@@ -478,9 +479,13 @@ __device__ __forceinline__ void cp_async_16(void* s, const void* g) {
 __device__ __forceinline__ void cp_async_8(void* s, const void* g) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dsmem_addr(s)), "l"(g) : "memory");
 }
+__device__ __forceinline__ void cp_async_4(void* s, const void* g) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dsmem_addr(s)), "l"(g) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// every group of this thread but the last committed one has landed
-__device__ __forceinline__ void cp_async_wait_all_but_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+// every group of this thread but the last N committed ones has landed
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 #endif
 
 // Item `it`'s coordinates (V tile fastest, then value head, then sequence); it < items <=
@@ -499,6 +504,24 @@ __device__ __forceinline__ i64 item_rin(const Params& p, i64 it, i64 items) {
     int v0, hv, n;
     item_coords(p, it, v0, hv, n);
     return initial_row(p, n);
+}
+// Item `it`'s pool index into `slot` by cp.async (pools only; nothing past the last item): a
+// row loaded into a register would stall the state warps at its first use (the compiler moves
+// such a row into a uniform register at once, ptxas's R2UR right behind the load, session 28).
+__device__ __forceinline__ void row_copy(const Params& p, i64 it, i64 items, u64* slot) {
+    if (it >= items || p.state_in == nullptr || p.initial != INIT_POOL) return;
+    int v0, hv, n;
+    item_coords(p, it, v0, hv, n);
+    if (p.idx_dt == DT_I64) cp_async_8(slot, (const i64*)p.state_indices + n);
+    else cp_async_4(slot, (const int*)p.state_indices + n);
+}
+// Item `it`'s initial row as `item_rin`, the pool index from `slot` (row_copy's, landed).
+__device__ __forceinline__ i64 row_read(const Params& p, i64 it, i64 items, const u64* slot) {
+    if (it >= items || p.state_in == nullptr || p.initial == INIT_NONE) return -1;
+    int v0, hv, n;
+    item_coords(p, it, v0, hv, n);
+    if (p.initial == INIT_DENSE) return n;
+    return p.idx_dt == DT_I64 ? (i64)*slot : (i64)(int)(u32)*slot;
 }
 // Item `it`'s offsets, final pool row and first checkpoint row (valid = 0 past the last item).
 __device__ __forceinline__ PItem item_meta(const Params& p, i64 it, i64 items) {
@@ -562,32 +585,40 @@ __device__ __forceinline__ void persistent_layout(const Params& p, PersistSmem& 
     if (it0 >= items) return; // (the host sizes the grid to at most the items)
     int cur = 0;              // the token buffer of the next token
     if (tid < DTH) {
-        // rk: item k's initial pool row; ra: item k + 1's (loaded during item k - 1)
+        // rk: item k's initial row. The cp.async groups of item k, in order: item k + 2's pool
+        // index (into row slot k & 1), then item k + 1's tile (stage (k + 1) & 1); so at item
+        // k + 1 "all but the newest group" has item k + 2's index, and "all but the newest two"
+        // item k + 1's tile.
         i64 rk = item_rin(p, it0, items);
+        row_copy(p, it0 + G, items, &sm.row[1][tid]);
+        cp_async_commit();
         if (rk >= 0) {
             int v0, hv, n;
             item_coords(p, it0, v0, hv, n);
             state_copy<L>(p.state_in, p.s_in_dt, rk * p.HV + hv, tid, v0, ring[0]);
         }
         cp_async_commit();
-        i64 ra = item_rin(p, it0 + G, items);
         // it1: item k + 1's index
         for (i64 k = 0, it1 = it0 + G;; ++k, it1 += G) {
             __syncthreads(); // start of item k: its slot and its first token are published
             const volatile PItem* m = &sm.item[k & 1];
             if (!m->valid) break;
-            // item k + 1's tile into the other stage (whose last reader was this thread, at item
-            // k - 1), then item k + 2's pool row in flight until item k + 1
+            // item k + 1's row (its index copied during item k - 1), item k + 2's index into
+            // the slot read at item k - 1, item k + 1's tile into the other stage (whose last
+            // reader was this thread, at item k - 1)
+            cp_async_wait_group<1>();
+            const i64 ra = row_read(p, it1, items, &sm.row[(k + 1) & 1][tid]);
+            row_copy(p, it1 + G, items, &sm.row[k & 1][tid]);
+            cp_async_commit();
             if (ra >= 0) {
                 int v0, hv, n;
                 item_coords(p, it1, v0, hv, n);
                 state_copy<L>(p.state_in, p.s_in_dt, ra * p.HV + hv, tid, v0, ring[(k + 1) & 1]);
             }
             cp_async_commit();
-            const i64 rb = item_rin(p, it1 + G, items);
             float s[NU][4];
             if (rk >= 0) {
-                cp_async_wait_all_but_1();
+                cp_async_wait_group<2>();
                 state_read(p.s_in_dt, ring[k & 1], tid, s);
             } else {
 #pragma unroll
@@ -596,7 +627,6 @@ __device__ __forceinline__ void persistent_layout(const Params& p, PersistSmem& 
                     for (int z = 0; z < 4; ++z) s[i][z] = 0.0f;
             }
             rk = ra;
-            ra = rb;
             const int bos = m->bos, eos = m->eos, hv = m->hv, v0 = m->v0;
             for (int t = bos; t < eos; ++t) {
                 token_step<KDA, L>(p, sm.d, cur, t, hv, v0, s);

@@ -320,15 +320,17 @@ inline void cp_async(void* s, const void* g, int bytes) {
 }
 inline void cp_async_16(void* s, const void* g) { cp_async(s, g, 16); }
 inline void cp_async_8(void* s, const void* g) { cp_async(s, g, 8); }
+inline void cp_async_4(void* s, const void* g) { cp_async(s, g, 4); }
 inline void cp_async_commit() {
     emu::Fiber& f = emu::fibers[emu::cur];
     f.groups.push_back(std::move(f.open));
     f.open.clear();
 }
-inline void cp_async_wait_all_but_1() {
+template <int N>
+inline void cp_async_wait_group() {
     asm volatile("" ::: "memory");
     emu::Fiber& f = emu::fibers[emu::cur];
-    while (f.groups.size() > 1) {
+    while (f.groups.size() > (size_t)N) {
         for (const emu::Copy& c : f.groups.front()) std::memcpy(c.dst, c.src, c.bytes);
         f.groups.erase(f.groups.begin());
     }

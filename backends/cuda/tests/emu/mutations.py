@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 MUTATIONS = {
-    "no_wait": ("                cp_async_wait_all_but_1();\n", ""),
+    "no_wait": ("                cp_async_wait_group<2>();\n", ""),
+    "no_row_wait": ("            cp_async_wait_group<1>();\n", ""),
     "stage_swap": ("ring[(k + 1) & 1]);", "ring[k & 1]);"),
     "empty_item_preload": (
         "if (c.bos >= c.eos && n1_tokens) load_token<KDA>(p, sm.d, n1.bos, cur,",
