@@ -111,6 +111,9 @@ struct Params {
 // MODE_DEC_PERSIST (host only): the token recurrence on a persistent grid, 4 blocks an SM, the
 // next item's state tile in flight into shared memory (`{op}_decode_persistent`, decode.cuh).
 #define MODE_DEC_PERSIST 262144
+// MODE_DEC_LB4 (host only): the 4-block entry point whatever the tokens per sequence (without a
+// MODE_DEC_* bit the host picks the form by tokens per sequence, lib.rs `DecodeForm::pick`).
+#define MODE_DEC_LB4 524288
 // intra_chunk's `pair` bits (see there)
 #define PAIR_REUSE 1
 #define PAIR_NEXT 2

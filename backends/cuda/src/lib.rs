@@ -125,6 +125,9 @@ impl Modes {
     /// The token recurrence on a persistent grid (`{op}_decode_persistent`, 4 blocks an SM), the
     /// next item's state tile in flight into shared memory by cp.async.
     pub const DEC_PERSIST: i32 = 262144;
+    /// The token recurrence's block-per-item entry point with 96 registers and 4 blocks an SM,
+    /// whatever the tokens per sequence (without a `DEC_*` bit, [`DecodeForm::pick`] chooses).
+    pub const DEC_LB4: i32 = 524288;
     const ALL: i32 = 1
         | 4
         | 8
@@ -141,7 +144,8 @@ impl Modes {
         | 32768
         | 65536
         | 131072
-        | 262144;
+        | 262144
+        | 524288;
     /// What production runs: the intra pairing, the dependent launch and the deferred copy wait
     /// (session 16, gdn 16/32 16x1024 on the H200: 0.569 -> 0.522 ms), the fused T-form's early
     /// first-tile loads (session 17, 256x64: 0.878 -> 0.866 ms) and its quadrant products
@@ -164,7 +168,7 @@ impl Modes {
             _ => Err(Error::invalid(
                 "DELTARULE_CUDA_MODE",
                 format!(
-                    "a decimal number made of the bits {} (1, 4, .., 262144)",
+                    "a decimal number made of the bits {} (1, 4, .., 524288)",
                     Self::ALL
                 ),
                 s,
@@ -176,27 +180,19 @@ impl Modes {
         self.0 & bit != 0
     }
 
-    /// The token recurrence's entry point after `{op}_decode_`.
-    pub fn decode_entry(self) -> &'static str {
+    /// The token recurrence's form on `p`: the one a `DEC_*` bit forces (persistent, 6, 5, then
+    /// 4 blocks an SM), else [`DecodeForm::pick`]'s choice by tokens per sequence.
+    pub fn decode_form(self, p: &Problem) -> DecodeForm {
         if self.has(Self::DEC_PERSIST) {
-            "persistent"
+            DecodeForm::Persistent
         } else if self.has(Self::DEC_LB6) {
-            "recurrent6"
+            DecodeForm::Block6
         } else if self.has(Self::DEC_LB5) {
-            "recurrent5"
+            DecodeForm::Block5
+        } else if self.has(Self::DEC_LB4) {
+            DecodeForm::Block4
         } else {
-            "recurrent"
-        }
-    }
-
-    /// Blocks of the token recurrence for `items` work items (V / 32 x HV x N): one per item, or
-    /// with DEC_PERSIST as many as are resident at once (4 an SM, the entry point's
-    /// `__launch_bounds__`), never more than the items.
-    pub fn decode_blocks(self, items: usize, sms: usize) -> usize {
-        if self.has(Self::DEC_PERSIST) {
-            items.min(4 * sms.max(1))
-        } else {
-            items
+            DecodeForm::pick(p.op, p.tokens, p.seqs)
         }
     }
 
@@ -230,6 +226,62 @@ impl Modes {
             ((p.hv * p.seqs).min(2 * sms).max(1) as u32, 1, 1)
         } else {
             (p.hv as u32, p.seqs as u32, 1)
+        }
+    }
+}
+
+/// The token recurrence's forms: a block per (V tile, value head, sequence) item under three
+/// register budgets (`__launch_bounds__(160, 4 | 5 | 6)`: 96, 80 or 64 registers), or a
+/// persistent grid of 4 blocks an SM walking the items with the next item's state tile in flight
+/// by cp.async (kernels/decode.cuh). All four give the same bits (device test
+/// `recurrent_entry_points_agree`, the CPU emulator).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeForm {
+    Block4,
+    Block5,
+    Block6,
+    Persistent,
+}
+
+impl DecodeForm {
+    /// The production choice by mean tokens per sequence `a = tokens / seqs`, from session 29's
+    /// sweep (H100, 256 sequences, K = V = 128, f32 pool states; bench/NOTES.md): one token moves
+    /// the state and little else, and the most registers win (4 blocks; 5 and 6 lose 2 to 3 %);
+    /// with several tokens each token's input loads sit between two state updates, and more
+    /// resident blocks hide them: at 2 tokens 5 blocks (gdn -3 %, kda -7 % against 4), at 3 to
+    /// 8 gdn takes 6 blocks (-12 to -21 %) while kda, which spills at 64 registers, takes the
+    /// persistent form (-13 % at 4 tokens). Bands: a < 1.5 four blocks; gdn a < 2.5 five, else
+    /// six; kda a < 3 five, else persistent.
+    pub fn pick(op: Op, tokens: usize, seqs: usize) -> DecodeForm {
+        let (t, n) = (tokens as u128, seqs.max(1) as u128);
+        if 2 * t < 3 * n {
+            return DecodeForm::Block4;
+        }
+        match op {
+            Op::Gdn if 2 * t < 5 * n => DecodeForm::Block5,
+            Op::Gdn => DecodeForm::Block6,
+            Op::Kda if t < 3 * n => DecodeForm::Block5,
+            Op::Kda => DecodeForm::Persistent,
+        }
+    }
+
+    /// The entry point after `{op}_decode_`.
+    pub fn entry(self) -> &'static str {
+        match self {
+            DecodeForm::Block4 => "recurrent",
+            DecodeForm::Block5 => "recurrent5",
+            DecodeForm::Block6 => "recurrent6",
+            DecodeForm::Persistent => "persistent",
+        }
+    }
+
+    /// Blocks for `items` work items (V / 32 x HV x N): one per item, or for the persistent form
+    /// as many as are resident at once (4 an SM, its `__launch_bounds__`), never more than the
+    /// items.
+    pub fn blocks(self, items: usize, sms: usize) -> usize {
+        match self {
+            DecodeForm::Persistent => items.min(4 * sms.max(1)),
+            _ => items,
         }
     }
 }
@@ -765,12 +817,9 @@ pub fn recurrent_launch(p: &Problem, modes: Modes, sms: usize) -> (String, u32, 
         Op::Gdn => "gdn",
         Op::Kda => "kda",
     };
-    let blocks = modes.decode_blocks(decode_items(p), sms) as u32;
-    (
-        format!("{prefix}_decode_{}", modes.decode_entry()),
-        blocks,
-        160,
-    )
+    let form = modes.decode_form(p);
+    let blocks = form.blocks(decode_items(p), sms) as u32;
+    (format!("{prefix}_decode_{}", form.entry()), blocks, 160)
 }
 
 /// Work items of the token recurrence, a block each: V / 32 columns x HV x N.
@@ -1403,7 +1452,7 @@ impl Backend for CudaBackend {
 mod tests {
     use super::{
         check_ptrs, decode_items, fused_t_applies, grid_limit, overlap_plan, state_pass,
-        state_tile, Modes, Overlap, OverlapSetting, StatePass, Variants,
+        state_tile, DecodeForm, Modes, Overlap, OverlapSetting, StatePass, Variants,
     };
     use crate::launch::DevicePtrs;
     use deltarule_core::{Error, Kernel, Mode, Op, Problem};
@@ -1605,15 +1654,65 @@ mod tests {
             Modes(Modes::FT_QUAD | Modes::FT_PIPE).fused_t_entry(),
             "fusedtr"
         );
-        assert_eq!(d.decode_entry(), "recurrent");
-        assert_eq!(Modes(Modes::DEC_LB6).decode_entry(), "recurrent6");
-        assert_eq!(Modes(Modes::DEC_LB5).decode_entry(), "recurrent5");
-        let dp = Modes(Modes::DEC_PERSIST);
-        assert_eq!(dp.decode_entry(), "persistent");
-        assert_eq!(d.decode_blocks(32768, 132), 32768, "a block per item");
-        assert_eq!(dp.decode_blocks(32768, 132), 528, "4 blocks an SM");
-        assert_eq!(dp.decode_blocks(100, 132), 100, "no more than the items");
-        for bad in ["2", "16384", "524288", "-1", "pair", ""] {
+        let dec = |op, n, t| Problem::new(op, Mode::Decode, n, t, 16, 32, 128, 128);
+        let one = dec(Op::Gdn, 256, 256);
+        assert_eq!(
+            d.decode_form(&one),
+            DecodeForm::Block4,
+            "one token: 4 blocks"
+        );
+        for (bit, form) in [
+            (Modes::DEC_LB6, DecodeForm::Block6),
+            (Modes::DEC_LB5, DecodeForm::Block5),
+            (Modes::DEC_PERSIST, DecodeForm::Persistent),
+            (Modes::DEC_LB4, DecodeForm::Block4),
+        ] {
+            for p in [&one, &dec(Op::Kda, 256, 1024), &dec(Op::Gdn, 256, 2048)] {
+                assert_eq!(
+                    Modes(d.0 | bit).decode_form(p),
+                    form,
+                    "bit {bit} forces {form:?}"
+                );
+            }
+        }
+        let entries: Vec<_> = [(1, 1), (3, 2), (2, 1), (5, 2), (3, 1), (8, 1)]
+            .iter()
+            .flat_map(|&(t, n)| {
+                [Op::Gdn, Op::Kda].map(|op| d.decode_form(&dec(op, 256 * n, 256 * t)).entry())
+            })
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                "recurrent",
+                "recurrent", // 1 token a sequence
+                "recurrent5",
+                "recurrent5", // 1.5
+                "recurrent5",
+                "recurrent5", // 2
+                "recurrent6",
+                "recurrent5", // 2.5
+                "recurrent6",
+                "persistent", // 3
+                "recurrent6",
+                "persistent", // 8
+            ]
+        );
+        assert_eq!(
+            DecodeForm::pick(Op::Gdn, 0, 0),
+            DecodeForm::Block4,
+            "no tokens"
+        );
+        assert_eq!(DecodeForm::pick(Op::Kda, 5, 0), DecodeForm::Persistent);
+        assert_eq!(
+            DecodeForm::Block6.blocks(32768, 132),
+            32768,
+            "a block per item"
+        );
+        let dp = DecodeForm::Persistent;
+        assert_eq!(dp.blocks(32768, 132), 528, "4 blocks an SM");
+        assert_eq!(dp.blocks(100, 132), 100, "no more than the items");
+        for bad in ["2", "16384", "1048576", "-1", "pair", ""] {
             let e = Modes::parse(bad)
                 .err()
                 .map(|e| e.to_string())

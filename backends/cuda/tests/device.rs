@@ -187,11 +187,12 @@ fn recurrent_many_items() {
     }
 }
 
-/// The token recurrence's other entry points (`DELTARULE_CUDA_MODE` over the default 37249:
-/// 65536 the 6-block form, 131072 the 5-block form, 262144 the persistent grid) run the same
-/// per-item arithmetic as the default: each in a child process (the backend reads the variable
-/// once) passes `recurrent_conformance` and gives `recurrent_many_items` the same errors as the
-/// default here, to the last digit.
+/// The token recurrence's forms, each forced by a `DELTARULE_CUDA_MODE` bit over the default
+/// 37249 (65536 the 6-block form, 131072 the 5-block form, 262144 the persistent grid, 524288 the
+/// 4-block form; the default picks one by tokens per sequence, `DecodeForm::pick`), run the same
+/// per-item arithmetic: each in a child process (the backend reads the variable once) passes
+/// `recurrent_conformance` and gives `recurrent_many_items` the same errors as the default here,
+/// to the last digit.
 #[test]
 fn recurrent_entry_points_agree() {
     if !present() || std::env::var_os("DELTARULE_CUDA_MODE").is_some() {
@@ -199,7 +200,7 @@ fn recurrent_entry_points_agree() {
     }
     let mine = recurrent_many_items_errors();
     println!("default: {mine}");
-    for bits in [65536, 131072, 262144] {
+    for bits in [65536, 131072, 262144, 524288] {
         let mode = (37249 | bits).to_string();
         let text = rerun_with("DELTARULE_CUDA_MODE", &mode, &["recurrent_"]);
         assert_eq!(

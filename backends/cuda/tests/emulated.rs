@@ -382,7 +382,7 @@ fn emulate(case: impl Fn() -> Case) {
     };
     let exe = emulator(&cxx, module, p.k, p.v);
     let want = diff::reference_outputs(&case).expect("the float64 reference");
-    let block = Modes::DEFAULT;
+    let block = Modes(Modes::DEFAULT.0 | Modes::DEC_LB4);
     let persist = Modes(Modes::DEFAULT.0 | Modes::DEC_PERSIST);
     let a = run(&exe, &case, block, 5, 1);
     let errors = check(&case, &a, &want);
