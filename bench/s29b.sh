@@ -16,7 +16,7 @@ for r in 1 2; do
   for v in auto lb4 lb5 lb6 pers; do
     DELTARULE_CUDA_MODE=${M[$v]} timeout 100 $B bench --backend cuda --shape $SH --iters 100 --json >> "$OUT/b_$v.jsonl" 2>> "$OUT/b.err"
     echo "round $r $v rc=$? at ${SECONDS}s"
-    [ $SECONDS -gt 290 ] && break 2
+    [ $SECONDS -gt 250 ] && break 2
   done
 done
 timeout 150 .dev/bin/cuda_device --test-threads=1 --nocapture recurrent_ > "$OUT/dev.log" 2>&1
