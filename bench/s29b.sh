@@ -12,7 +12,7 @@ B=.dev/bin/deltarule
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 D=37249
 declare -A M=([auto]=$D [lb4]=$((D | 524288)) [lb5]=$((D | 131072)) [lb6]=$((D | 65536)) [pers]=$((D | 262144)))
-SH="gdn-decode-16/32-256x1 gdn-decode-16/32-256x2 gdn-decode-16/32-256x4 kda-decode-32/32-256x1 kda-decode-32/32-256x2 kda-decode-32/32-256x3 kda-decode-32/32-256x4 kda-decode-32/32-256x6 kda-decode-32/32-256x8"
+SH=${SH:-"gdn-decode-16/32-256x1 gdn-decode-16/32-256x2 gdn-decode-16/32-256x4 kda-decode-32/32-256x1 kda-decode-32/32-256x2 kda-decode-32/32-256x3 kda-decode-32/32-256x4 kda-decode-32/32-256x6 kda-decode-32/32-256x8"}
 timeout 150 .dev/bin/cuda_device --test-threads=1 --nocapture recurrent_ > "$OUT/dev.log" 2>&1
 echo "device tests recurrent_ rc=$? $(grep -E '^test result' "$OUT/dev.log" | tail -1)"
 grep -E "DELTARULE_CUDA_MODE=.* ran|panicked" "$OUT/dev.log" | cut -c1-200
