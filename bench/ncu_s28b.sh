@@ -8,9 +8,14 @@ B=.dev/bin/deltarule
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 $NCU --version | tail -1
 for m in 299393 37249; do
+  # (--print-source needs --page source, which prints no sections: one report, read twice;
+  # session 29 found the single call failing)
   DELTARULE_CUDA_MODE=$m timeout 200 $NCU -k regex:decode --launch-skip 3 --launch-count 1 \
-    --section WarpStateStats --section SourceCounters --print-details all --print-source cuda,sass \
-    $B bench --backend cuda --shape gdn-decode-16/32-256x1 --iters 5 > "$OUT/ncu_src_$m.txt" 2>&1
-  echo "mode $m rc=$? $(wc -c < "$OUT/ncu_src_$m.txt") bytes"
+    --section WarpStateStats --section SourceCounters --import-source yes -o "$OUT/ncu_$m" \
+    $B bench --backend cuda --shape gdn-decode-16/32-256x1 --iters 5 > "$OUT/ncu_run_$m.txt" 2>&1
+  echo "mode $m rc=$?"
+  $NCU --import "$OUT/ncu_$m.ncu-rep" --page details --print-details all > "$OUT/ncu_src_$m.txt" 2>&1
+  $NCU --import "$OUT/ncu_$m.ncu-rep" --page source --print-source cuda,sass --csv > "$OUT/ncu_src_$m.csv" 2>&1
+  echo "mode $m: $(wc -c < "$OUT/ncu_src_$m.txt") + $(wc -c < "$OUT/ncu_src_$m.csv") bytes"
 done
-cd "$OUT" && xz -T4 ncu_src_*.txt && ls -la
+cd "$OUT" && xz -T4 ncu_src_*.txt ncu_src_*.csv && ls -la

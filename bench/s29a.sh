@@ -12,10 +12,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 D=37249
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 for m in $((D | 262144)) $D; do
+  # (--print-source needs --page source, which prints no sections: one report, read twice)
   DELTARULE_CUDA_MODE=$m timeout 100 $NCU -k regex:decode --launch-skip 3 --launch-count 1 \
-    --section WarpStateStats --section SourceCounters --section SpeedOfLight --print-details all \
-    --print-source sass $B bench --backend cuda --shape gdn-decode-16/32-256x1 --iters 5 > "$OUT/ncu_$m.txt" 2>&1
-  echo "ncu mode $m rc=$? $(wc -c < "$OUT/ncu_$m.txt") bytes"
+    --section WarpStateStats --section SourceCounters --section SpeedOfLight --import-source yes \
+    -o "$OUT/ncu_$m" $B bench --backend cuda --shape gdn-decode-16/32-256x1 --iters 5 > "$OUT/ncu_run_$m.txt" 2>&1
+  echo "ncu mode $m rc=$?"
+  $NCU --import "$OUT/ncu_$m.ncu-rep" --page details --print-details all > "$OUT/ncu_$m.txt" 2>&1
+  $NCU --import "$OUT/ncu_$m.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_src_$m.csv" 2>&1
   grep -E "Duration|DRAM Throughput|Stall|Warp Cycles Per Issued" "$OUT/ncu_$m.txt" | head -30 | cut -c1-150
 done
 echo "== sweep at ${SECONDS}s"
@@ -29,5 +32,5 @@ for r in 1 2; do
 done
 tail -3 "$OUT/b.err"
 python3 bench/bench_table.py lb4="$OUT/b_lb4.jsonl" lb5="$OUT/b_lb5.jsonl" lb6="$OUT/b_lb6.jsonl" pers="$OUT/b_pers.jsonl"
-cd "$OUT" && xz -T4 ncu_*.txt
+cd "$OUT" && xz -T4 ncu_*.txt ncu_*.csv ncu_*.ncu-rep
 echo "== done at ${SECONDS}s"
