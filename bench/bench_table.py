@@ -2,22 +2,17 @@
 variant (the median over the file's rows of a shape, e.g. several rounds), and each variant's
 ratio to the first. Usage: python3 bench/bench_table.py NAME=FILE.jsonl [NAME=FILE.jsonl ...]
 (bench/s29a.sh)."""
-import json
 import statistics
 import sys
+
+from bench_rows import rows
 
 cols = []
 for arg in sys.argv[1:]:
     name, path = arg.split("=", 1)
-    try:
-        lines = open(path).read().splitlines()
-    except OSError:
-        lines = []
     times = {}
-    for line in lines:
-        if line.startswith("{"):
-            j = json.loads(line)
-            times.setdefault(j["shape"], []).append(j["gpu_ms_median"])
+    for j in rows(path):
+        times.setdefault(j["shape"], []).append(j["gpu_ms_median"])
     cols.append((name, {s: statistics.median(t) for s, t in times.items()}))
 shapes = []
 for _, t in cols:

@@ -1675,27 +1675,23 @@ mod tests {
                 );
             }
         }
+        // (tokens, sequences) per 256 sequences -> the (gdn, kda) entry points
         let entries: Vec<_> = [(1, 1), (3, 2), (2, 1), (5, 2), (3, 1), (8, 1)]
             .iter()
-            .flat_map(|&(t, n)| {
-                [Op::Gdn, Op::Kda].map(|op| d.decode_form(&dec(op, 256 * n, 256 * t)).entry())
+            .map(|&(t, n)| {
+                let e = |op| d.decode_form(&dec(op, 256 * n, 256 * t)).entry();
+                (e(Op::Gdn), e(Op::Kda))
             })
             .collect();
         assert_eq!(
             entries,
             [
-                "recurrent",
-                "recurrent", // 1 token a sequence
-                "recurrent5",
-                "recurrent5", // 1.5
-                "recurrent5",
-                "recurrent5", // 2
-                "recurrent6",
-                "recurrent5", // 2.5
-                "recurrent6",
-                "persistent", // 3
-                "recurrent6",
-                "persistent", // 8
+                ("recurrent", "recurrent"),   // 1 token a sequence
+                ("recurrent5", "recurrent5"), // 1.5
+                ("recurrent5", "recurrent5"), // 2
+                ("recurrent6", "recurrent5"), // 2.5
+                ("recurrent6", "persistent"), // 3
+                ("recurrent6", "persistent"), // 8
             ]
         );
         assert_eq!(

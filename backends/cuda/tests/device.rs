@@ -200,8 +200,14 @@ fn recurrent_entry_points_agree() {
     }
     let mine = recurrent_many_items_errors();
     println!("default: {mine}");
-    for bits in [65536, 131072, 262144, 524288] {
-        let mode = (37249 | bits).to_string();
+    use deltarule_cuda::Modes;
+    for bits in [
+        Modes::DEC_LB6,
+        Modes::DEC_LB5,
+        Modes::DEC_PERSIST,
+        Modes::DEC_LB4,
+    ] {
+        let mode = (Modes::DEFAULT.0 | bits).to_string();
         let text = rerun_with("DELTARULE_CUDA_MODE", &mode, &["recurrent_"]);
         assert_eq!(
             reported(&text, "many-items errors: "),

@@ -3,9 +3,8 @@
 //! gets them, compiled by the host C++ compiler against the emulator of `tests/emu/emu.h`, which
 //! runs a block's threads as fibers in a seeded order with real barriers and warp shuffles,
 //! starts a block's shared memory as 0xff bytes, lands cp.async copies only at their wait (NaN
-//! before), puts a page with no access after every
-//! buffer, and stops on a deadlock or on threads of a block that pass different numbers of
-//! barriers (see there). No GPU is needed: CI checks the indexing and the barrier protocol of
+//! before), puts a page with no access after every buffer, and stops on a deadlock or on threads
+//! of a block that pass different numbers of barriers (see there). No GPU is needed: CI checks the indexing and the barrier protocol of
 //! every decode entry point form, the block-per-item kernel and the persistent one, each
 //! against float64, bit-identical to each other and under another fiber order.
 //!

@@ -4,8 +4,9 @@
 // as C++ by the host compiler with DELTARULE_EMU defined: the PTX helpers of the kernels are
 // replaced by the C++ ones below (see the `#ifndef DELTARULE_EMU` blocks there).
 //
-// A block's threads are fibers (ucontext) on one OS thread; its shared memory starts as 0xff bytes. A fiber runs until it reaches a block
-// barrier or a warp shuffle, or returns; the scheduler then runs the other fibers, in an order
+// A block's threads are fibers (ucontext) on one OS thread; its shared memory starts as 0xff
+// bytes. A fiber runs until it reaches a block barrier or a warp shuffle, or returns; the
+// scheduler then runs the other fibers, in an order
 // drawn from the seed, so a read that no barrier orders after its write sees a different value
 // under another seed. It completes a warp's shuffle when every lane of the warp that has not
 // returned has reached one, and the block barrier when every fiber that has not returned waits
