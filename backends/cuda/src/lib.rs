@@ -244,14 +244,16 @@ pub enum DecodeForm {
 }
 
 impl DecodeForm {
-    /// The production choice by mean tokens per sequence `a = tokens / seqs`, from session 29's
-    /// sweep (H100, 256 sequences, K = V = 128, f32 pool states; bench/NOTES.md): one token moves
-    /// the state and little else, and the most registers win (4 blocks; 5 and 6 lose 2 to 3 %);
-    /// with several tokens each token's input loads sit between two state updates, and more
-    /// resident blocks hide them: at 2 tokens 5 blocks (gdn -3 %, kda -7 % against 4), at 3 to
-    /// 8 gdn takes 6 blocks (-12 to -21 %) while kda, which spills at 64 registers, takes the
-    /// persistent form (-13 % at 4 tokens). Bands: a < 1.5 four blocks; gdn a < 2.5 five, else
-    /// six; kda a < 3 five, else persistent.
+    /// The production choice by mean tokens per sequence `a = tokens / seqs`, from sessions 29
+    /// and 30's sweeps (H100, 256 sequences, K = V = 128, f32 pool states; bench/NOTES.md): one
+    /// token moves the state and little else, and the most registers win (4 blocks; 5 and 6 lose
+    /// 2 to 3 %); with several tokens each token's input loads sit between two state updates, and
+    /// more resident blocks hide them: at 2 tokens 5 blocks (gdn -3 %, kda -7 % against 4), at 3
+    /// to 8 gdn takes 6 blocks (-12 to -21 %) while kda, which spills at 64 registers, takes the
+    /// persistent form at 3 to 6 (-12 to -14 %; at 6 it ties 5 blocks within 0.7 %) and 5 blocks
+    /// at 8 (0.827 against the persistent form's 0.870 ms). Bands: a < 1.5 four blocks; gdn
+    /// a < 2.5 five, else six; kda a < 3 five, a < 7 persistent (the crossover lies between 6 and
+    /// 8), else five.
     pub fn pick(op: Op, tokens: usize, seqs: usize) -> DecodeForm {
         let (t, n) = (tokens as u128, seqs.max(1) as u128);
         if 2 * t < 3 * n {
@@ -261,7 +263,8 @@ impl DecodeForm {
             Op::Gdn if 2 * t < 5 * n => DecodeForm::Block5,
             Op::Gdn => DecodeForm::Block6,
             Op::Kda if t < 3 * n => DecodeForm::Block5,
-            Op::Kda => DecodeForm::Persistent,
+            Op::Kda if t < 7 * n => DecodeForm::Persistent,
+            Op::Kda => DecodeForm::Block5,
         }
     }
 
@@ -1676,13 +1679,22 @@ mod tests {
             }
         }
         // (tokens, sequences) per 256 sequences -> the (gdn, kda) entry points
-        let entries: Vec<_> = [(1, 1), (3, 2), (2, 1), (5, 2), (3, 1), (8, 1)]
-            .iter()
-            .map(|&(t, n)| {
-                let e = |op| d.decode_form(&dec(op, 256 * n, 256 * t)).entry();
-                (e(Op::Gdn), e(Op::Kda))
-            })
-            .collect();
+        let entries: Vec<_> = [
+            (1, 1),
+            (3, 2),
+            (2, 1),
+            (5, 2),
+            (3, 1),
+            (6, 1),
+            (7, 1),
+            (8, 1),
+        ]
+        .iter()
+        .map(|&(t, n)| {
+            let e = |op| d.decode_form(&dec(op, 256 * n, 256 * t)).entry();
+            (e(Op::Gdn), e(Op::Kda))
+        })
+        .collect();
         assert_eq!(
             entries,
             [
@@ -1691,7 +1703,9 @@ mod tests {
                 ("recurrent5", "recurrent5"), // 2
                 ("recurrent6", "recurrent5"), // 2.5
                 ("recurrent6", "persistent"), // 3
-                ("recurrent6", "persistent"), // 8
+                ("recurrent6", "persistent"), // 6
+                ("recurrent6", "recurrent5"), // 7
+                ("recurrent6", "recurrent5"), // 8
             ]
         );
         assert_eq!(
@@ -1700,6 +1714,8 @@ mod tests {
             "no tokens"
         );
         assert_eq!(DecodeForm::pick(Op::Kda, 5, 0), DecodeForm::Persistent);
+        assert_eq!(DecodeForm::pick(Op::Kda, 20, 3), DecodeForm::Persistent);
+        assert_eq!(DecodeForm::pick(Op::Kda, 21, 3), DecodeForm::Block5);
         assert_eq!(
             DecodeForm::Block6.blocks(32768, 132),
             32768,
