@@ -2,10 +2,11 @@
 # bench/s30_any.sh: session 30's call on whatever GPU comes. On an H200 the closing call of
 # issue 4 with the production defaults (the token recurrence's form picked by DecodeForm::pick;
 # the persistent form lost on one token in session 29, so it is not forced): bench/h200_s24.sh
-# whole. Else bench/s29b.sh (the rule against each forced form, kda at 3, 6 and 8 tokens).
+# whole. Else bench/s29b.sh, short, on the rule's unmeasured bands: kda at 7 tokens, few sequences
+# with many tokens each (4 x 500, 16 x 64).
 # Carry: .dev/pack .whl
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$name" in
   *H200*) H200_ONLY=1 exec bash bench/h200_s24.sh ;;
-  *) STOP=${STOP:-330} exec bash bench/s29b.sh ;;
+  *) STOP=${STOP:-150} SH=${SH:-"kda-decode-32/32-256x7 gdn-decode-16/32-4x500 kda-decode-32/32-4x500 gdn-decode-16/32-16x64 kda-decode-32/32-16x64"} exec bash bench/s29b.sh ;;
 esac
