@@ -24,7 +24,7 @@ if [ "${QUICK:-0}" = 1 ]; then
   timeout 100 $B bench --backend cuda --shape anchors --iters 30 --json > "$OUT/ours.jsonl" 2> "$OUT/ours.err"
   echo "ours rc=$? at ${SECONDS}s"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 330 python3 bench/fla_bench.py ${FLA_SHAPES:+--shapes $FLA_SHAPES} > "$OUT/fla.jsonl" 2> "$OUT/fla.err"
+  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout $((${FLA_END:-400} - SECONDS)) python3 bench/fla_bench.py ${FLA_SHAPES:+--shapes $FLA_SHAPES} > "$OUT/fla.jsonl" 2> "$OUT/fla.err"
   echo "fla rc=$? at ${SECONDS}s"; tail -2 "$OUT/fla.err"
   python3 bench/anchor_table.py "$OUT/ours.jsonl" "$OUT/fla.jsonl"
 else
