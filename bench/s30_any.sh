@@ -14,9 +14,10 @@
 if [ "${QUICK:-0}" = 1 ]; then
   export FLA_SHAPES=${FLA_SHAPES:-"gdn-decode-16/32-256x1 gdn-16/32-1x8192 gdn-16/32-16x1024 gdn-16/32-256x64 gdn-4/8-1x8192 gdn-16/32-1x32768 kda-32/32-1x8192 kda-64/64-1x8192"}
 fi
+end=$((${LIMIT:-600} - 40)); [ $end -gt 560 ] && end=560
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$name" in
-  *H200*) FLA_END=$(( ${LIMIT:-600} - 40 < 560 ? ${LIMIT:-600} - 40 : 560 )) H200_ONLY=1 exec bash bench/h200_s24.sh ;;
+  *H200*) FLA_END=$end exec bash bench/h200_s24.sh ;;
   *) [ "${ONLY_H200:-0}" = 1 ] && { echo "$name: not an H200, nothing run"; exit 0; }
      STOP=${STOP:-150} SH=${SH:-"kda-decode-32/32-256x7 gdn-decode-16/32-4x500 kda-decode-32/32-4x500 gdn-decode-16/32-16x64 kda-decode-32/32-16x64"} exec bash bench/s29b.sh ;;
 esac
