@@ -289,6 +289,23 @@ impl DecodeForm {
     }
 }
 
+/// `DELTARULE_CUDA_SMS`: the SM count the launch rules assume (the persistent decode grid, the
+/// state-tile and overlap rules), 1 to the device's `sms`; unset, the device's. A probe knob: with
+/// the other SMs held by a spinning kernel (bench/sm_probe.py), the grids fit the SMs left.
+fn sms_override(sms: i32) -> Result<i32> {
+    match std::env::var("DELTARULE_CUDA_SMS") {
+        Err(_) => Ok(sms),
+        Ok(s) => match s.trim().parse::<i32>() {
+            Ok(n) if (1..=sms).contains(&n) => Ok(n),
+            _ => Err(Error::invalid(
+                "DELTARULE_CUDA_SMS",
+                format!("a number of SMs from 1 to {sms} (this device's count)"),
+                s,
+            )),
+        },
+    }
+}
+
 fn unavailable(reason: impl Into<String>) -> Error {
     Error::Unavailable {
         backend: BackendKind::Cuda,
@@ -325,6 +342,8 @@ impl CudaBackend {
             .map_err(|e| drv("compute capability", e))?;
         let attr = |a| ctx.attribute(a).map_err(|e| drv("device attribute", e));
         let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let all_sms = sms;
+        let sms = sms_override(sms)?;
         let smem =
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
         let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
@@ -343,7 +362,14 @@ impl CudaBackend {
             shader_f16: true,
             timestamps: true,
             cooperative_matrix: true,
-            notes: vec![format!("NVRTC target {arch}")],
+            notes: if sms == all_sms {
+                vec![format!("NVRTC target {arch}")]
+            } else {
+                vec![
+                    format!("NVRTC target {arch}"),
+                    format!("DELTARULE_CUDA_SMS: launch rules assume {sms} of {all_sms} SMs"),
+                ]
+            },
         };
         Ok(CudaBackend {
             ctx,
