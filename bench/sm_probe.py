@@ -200,7 +200,15 @@ def measure(occ, kind, hold):
     else:
         import deltarule
         o = torch.empty(N, HV, K, dtype=torch.bfloat16, device="cuda")
-        idx = torch.arange(0, 2 * N, 2, dtype=torch.int32, device="cuda")
+        # POOL=stride (default 2: rows 0, 2, 4, ..) or POOL=random (N of 2N rows, shuffled)
+        mode = os.environ.get("POOL", "2")
+        rows = 2 * N if mode == "random" else int(mode) * N
+        if mode == "random":
+            idx = torch.randperm(rows, generator=torch.Generator().manual_seed(2))[:N]
+            idx = idx.to(torch.int32).cuda()
+        else:
+            idx = torch.arange(0, rows, int(mode), dtype=torch.int32, device="cuda")
+        out["pool"] = mode
 
         def call(pool):
             return deltarule.gdn_decode(q, k, v, gate, beta, cu, state_pool=pool,
@@ -208,7 +216,7 @@ def measure(occ, kind, hold):
                                         max_seqlen=1)
         # correctness: a fresh pool, o poisoned, one call, checksums to compare across children
         gen = torch.Generator(device="cuda").manual_seed(1)
-        pool = 0.1 * torch.randn(2 * N, HV, K, K, device="cuda", generator=gen)
+        pool = 0.1 * torch.randn(rows, HV, K, K, device="cuda", generator=gen)
         o.fill_(float("nan"))
         call(pool)
         torch.cuda.synchronize()
