@@ -293,9 +293,13 @@ impl DecodeForm {
 /// state-tile and overlap rules), 1 to the device's `sms`; unset, the device's. A probe knob: with
 /// the other SMs held by a spinning kernel (bench/sm_probe.py), the grids fit the SMs left.
 fn sms_override(sms: i32) -> Result<i32> {
-    match std::env::var("DELTARULE_CUDA_SMS") {
-        Err(_) => Ok(sms),
-        Ok(s) => match s.trim().parse::<i32>() {
+    parse_sms(std::env::var("DELTARULE_CUDA_SMS").ok().as_deref(), sms)
+}
+
+fn parse_sms(value: Option<&str>, sms: i32) -> Result<i32> {
+    match value {
+        None => Ok(sms),
+        Some(s) => match s.trim().parse::<i32>() {
             Ok(n) if (1..=sms).contains(&n) => Ok(n),
             _ => Err(Error::invalid(
                 "DELTARULE_CUDA_SMS",
@@ -1480,7 +1484,7 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::{
-        check_ptrs, decode_items, fused_t_applies, grid_limit, overlap_plan, state_pass,
+        check_ptrs, decode_items, fused_t_applies, grid_limit, overlap_plan, parse_sms, state_pass,
         state_tile, DecodeForm, Modes, Overlap, OverlapSetting, StatePass, Variants,
     };
     use crate::launch::DevicePtrs;
@@ -1488,6 +1492,20 @@ mod tests {
 
     fn prefill(seqs: usize, h: usize, hv: usize) -> Problem {
         Problem::new(Op::Gdn, Mode::Prefill, seqs, 8192, h, hv, 128, 128)
+    }
+
+    #[test]
+    fn the_sm_override_stays_within_the_device() {
+        assert_eq!(parse_sms(None, 132).ok(), Some(132));
+        assert_eq!(parse_sms(Some(" 91 "), 132).ok(), Some(91));
+        assert_eq!(parse_sms(Some("132"), 132).ok(), Some(132));
+        for bad in ["0", "133", "-4", "all", ""] {
+            let why = parse_sms(Some(bad), 132).err().map(|e| e.to_string());
+            assert!(
+                why.as_deref().is_some_and(|w| w.contains("1 to 132")),
+                "{bad}: {why:?}"
+            );
+        }
     }
 
     #[test]
