@@ -163,7 +163,7 @@ def timed(fn, hold, occ):
 
 def inputs(seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    T = N
+    T = N  # one token a sequence
     q = torch.randn(T, HQ, K, device="cuda", generator=g).bfloat16()
     k = torch.nn.functional.normalize(torch.randn(T, HQ, K, device="cuda", generator=g),
                                       dim=-1).bfloat16()
@@ -202,12 +202,13 @@ def measure(occ, kind, hold):
         o = torch.empty(N, HV, K, dtype=torch.bfloat16, device="cuda")
         # POOL=stride (default 2: rows 0, 2, 4, ..) or POOL=random (N of 2N rows, shuffled)
         mode = os.environ.get("POOL", "2")
-        rows = 2 * N if mode == "random" else int(mode) * N
         if mode == "random":
+            rows = 2 * N
             idx = torch.randperm(rows, generator=torch.Generator().manual_seed(2))[:N]
-            idx = idx.to(torch.int32).cuda()
         else:
-            idx = torch.arange(0, rows, int(mode), dtype=torch.int32, device="cuda")
+            rows = int(mode) * N
+            idx = torch.arange(0, rows, int(mode))
+        idx = idx.to(device="cuda", dtype=torch.int32)
         out["pool"] = mode
 
         def call(pool):

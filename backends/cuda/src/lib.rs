@@ -366,14 +366,11 @@ impl CudaBackend {
             shader_f16: true,
             timestamps: true,
             cooperative_matrix: true,
-            notes: if sms == all_sms {
-                vec![format!("NVRTC target {arch}")]
-            } else {
-                vec![
-                    format!("NVRTC target {arch}"),
-                    format!("DELTARULE_CUDA_SMS: launch rules assume {sms} of {all_sms} SMs"),
-                ]
-            },
+            notes: std::iter::once(format!("NVRTC target {arch}"))
+                .chain((sms != all_sms).then(|| {
+                    format!("DELTARULE_CUDA_SMS: launch rules assume {sms} of {all_sms} SMs")
+                }))
+                .collect(),
         };
         Ok(CudaBackend {
             ctx,
