@@ -35,7 +35,7 @@ def main():
                      ("in place a *= s", lambda: a.mul_(1.0000001))):
         ms = timed(fn)
         print(f"copy floor {name}: {ms:.4f} ms for {moved / 1e9:.3f} GB = "
-              f"{moved / ms / 1e9:.0f} GB/s (read + write)")
+              f"{moved / ms / 1e6:.0f} GB/s (read + write)")
 
 
 main()
