@@ -181,8 +181,9 @@ impl Modes {
     }
 
     /// The token recurrence's form on `p`: the one a `DEC_*` bit forces (persistent, 6, 5, then
-    /// 4 blocks an SM), else [`DecodeForm::pick`]'s choice by tokens per sequence.
-    pub fn decode_form(self, p: &Problem) -> DecodeForm {
+    /// 4 blocks an SM), else [`DecodeForm::pick`]'s choice by tokens per sequence and, on
+    /// `sms` multiprocessors, by work items.
+    pub fn decode_form(self, p: &Problem, sms: usize) -> DecodeForm {
         if self.has(Self::DEC_PERSIST) {
             DecodeForm::Persistent
         } else if self.has(Self::DEC_LB6) {
@@ -192,7 +193,7 @@ impl Modes {
         } else if self.has(Self::DEC_LB4) {
             DecodeForm::Block4
         } else {
-            DecodeForm::pick(p.op, p.tokens, p.seqs)
+            DecodeForm::pick(p.op, p.tokens, p.seqs, decode_items(p), sms)
         }
     }
 
@@ -253,10 +254,14 @@ impl DecodeForm {
     /// persistent form at 3 to 6 (-12 to -14 %; at 6 it ties 5 blocks within 0.7 %) and 5 blocks
     /// at 8 (0.827 against the persistent form's 0.870 ms). Bands: a < 1.5 four blocks; gdn
     /// a < 2.5 five, else six; kda a < 3 five, a < 7 persistent (the crossover lies between 6 and
-    /// 8), else five.
-    pub fn pick(op: Op, tokens: usize, seqs: usize) -> DecodeForm {
+    /// 8), else five. Whatever the tokens, when the 4-block form's blocks are all resident at
+    /// once (`items <= 4 x sms`: few sequences, as in a small batch's speculative verify) more
+    /// resident blocks have nothing to hide and only cost registers: 4 blocks (session 32, H100,
+    /// 128 to 512 items at 2 to 8 tokens: gdn -2 to -7 %, kda -3 to -9 % against the bands'
+    /// choice; at 1024 items the bands' choice stays ahead).
+    pub fn pick(op: Op, tokens: usize, seqs: usize, items: usize, sms: usize) -> DecodeForm {
         let (t, n) = (tokens as u128, seqs.max(1) as u128);
-        if 2 * t < 3 * n {
+        if 2 * t < 3 * n || items <= 4 * sms.max(1) {
             return DecodeForm::Block4;
         }
         match op {
@@ -847,7 +852,7 @@ pub fn recurrent_launch(p: &Problem, modes: Modes, sms: usize) -> (String, u32, 
         Op::Gdn => "gdn",
         Op::Kda => "kda",
     };
-    let form = modes.decode_form(p);
+    let form = modes.decode_form(p, sms);
     let blocks = form.blocks(decode_items(p), sms) as u32;
     (format!("{prefix}_decode_{}", form.entry()), blocks, 160)
 }
@@ -1701,7 +1706,7 @@ mod tests {
         let dec = |op, n, t| Problem::new(op, Mode::Decode, n, t, 16, 32, 128, 128);
         let one = dec(Op::Gdn, 256, 256);
         assert_eq!(
-            d.decode_form(&one),
+            d.decode_form(&one, 132),
             DecodeForm::Block4,
             "one token: 4 blocks"
         );
@@ -1713,7 +1718,7 @@ mod tests {
         ] {
             for p in [&one, &dec(Op::Kda, 256, 1024), &dec(Op::Gdn, 256, 2048)] {
                 assert_eq!(
-                    Modes(d.0 | bit).decode_form(p),
+                    Modes(d.0 | bit).decode_form(p, 132),
                     form,
                     "bit {bit} forces {form:?}"
                 );
@@ -1732,7 +1737,7 @@ mod tests {
         ]
         .iter()
         .map(|&(t, n)| {
-            let e = |op| d.decode_form(&dec(op, 256 * n, 256 * t)).entry();
+            let e = |op| d.decode_form(&dec(op, 256 * n, 256 * t), 132).entry();
             (e(Op::Gdn), e(Op::Kda))
         })
         .collect();
@@ -1750,13 +1755,45 @@ mod tests {
             ]
         );
         assert_eq!(
-            DecodeForm::pick(Op::Gdn, 0, 0),
+            DecodeForm::pick(Op::Gdn, 0, 0, 0, 132),
             DecodeForm::Block4,
             "no tokens"
         );
-        assert_eq!(DecodeForm::pick(Op::Kda, 5, 0), DecodeForm::Persistent);
-        assert_eq!(DecodeForm::pick(Op::Kda, 20, 3), DecodeForm::Persistent);
-        assert_eq!(DecodeForm::pick(Op::Kda, 21, 3), DecodeForm::Block5);
+        let many = 1 << 20;
+        assert_eq!(
+            DecodeForm::pick(Op::Kda, 5, 0, many, 132),
+            DecodeForm::Persistent
+        );
+        assert_eq!(
+            DecodeForm::pick(Op::Kda, 20, 3, many, 132),
+            DecodeForm::Persistent
+        );
+        assert_eq!(
+            DecodeForm::pick(Op::Kda, 21, 3, many, 132),
+            DecodeForm::Block5
+        );
+        // items all resident in one wave of 4 blocks an SM: 4 blocks whatever the tokens
+        for (op, items, sms, form) in [
+            (Op::Gdn, 528, 132, DecodeForm::Block4),
+            (Op::Gdn, 529, 132, DecodeForm::Block6),
+            (Op::Kda, 528, 132, DecodeForm::Block4),
+            (Op::Kda, 529, 132, DecodeForm::Persistent),
+            (Op::Kda, 128, 32, DecodeForm::Block4),
+            (Op::Kda, 129, 32, DecodeForm::Persistent),
+        ] {
+            assert_eq!(
+                DecodeForm::pick(op, 16, 4, items, sms),
+                form,
+                "{items} items"
+            );
+        }
+        let few = |n| dec(Op::Gdn, n, 4 * n);
+        assert_eq!(d.decode_form(&few(4), 132), DecodeForm::Block4, "512 items");
+        assert_eq!(
+            d.decode_form(&few(8), 132),
+            DecodeForm::Block6,
+            "1024 items"
+        );
         assert_eq!(
             DecodeForm::Block6.blocks(32768, 132),
             32768,

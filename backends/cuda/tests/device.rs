@@ -189,7 +189,7 @@ fn recurrent_many_items() {
 
 /// The token recurrence's forms, each forced by a `DELTARULE_CUDA_MODE` bit over the default
 /// 37249 (65536 the 6-block form, 131072 the 5-block form, 262144 the persistent grid, 524288 the
-/// 4-block form; the default picks one by tokens per sequence, `DecodeForm::pick`), run the same
+/// 4-block form; the default picks one by tokens per sequence and work items, `DecodeForm::pick`), run the same
 /// per-item arithmetic: each in a child process (the backend reads the variable once) passes
 /// `recurrent_conformance` and gives `recurrent_many_items` the same errors as the default here,
 /// to the last digit.
