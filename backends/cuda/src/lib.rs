@@ -261,7 +261,7 @@ impl DecodeForm {
     /// choice; at 1024 items the bands' choice stays ahead).
     pub fn pick(op: Op, tokens: usize, seqs: usize, items: usize, sms: usize) -> DecodeForm {
         let (t, n) = (tokens as u128, seqs.max(1) as u128);
-        if 2 * t < 3 * n || items <= 4 * sms.max(1) {
+        if 2 * t < 3 * n || items <= Self::one_wave(sms) {
             return DecodeForm::Block4;
         }
         match op {
@@ -271,6 +271,13 @@ impl DecodeForm {
             Op::Kda if t < 7 * n => DecodeForm::Persistent,
             Op::Kda => DecodeForm::Block5,
         }
+    }
+
+    /// Blocks resident at once on `sms` SMs at 4 an SM (the 4-block form's and the persistent
+    /// form's `__launch_bounds__`): the persistent grid, and the item count up to which every
+    /// form's blocks would fit in one wave.
+    fn one_wave(sms: usize) -> usize {
+        4 * sms.max(1)
     }
 
     /// The entry point after `{op}_decode_`.
@@ -288,7 +295,7 @@ impl DecodeForm {
     /// items.
     pub fn blocks(self, items: usize, sms: usize) -> usize {
         match self {
-            DecodeForm::Persistent => items.min(4 * sms.max(1)),
+            DecodeForm::Persistent => items.min(Self::one_wave(sms)),
             _ => items,
         }
     }
