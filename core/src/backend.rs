@@ -1,5 +1,5 @@
 //! The backend trait: small, typed, fallible. Backends report capabilities and run kernels;
-//! they never select (selection is [`crate::select`]).
+//! they never select (selection is [`crate::select`](mod@crate::select)).
 
 use crate::caps::{BackendKind, Capabilities};
 use crate::error::{Error, Result};
@@ -11,7 +11,7 @@ use std::fmt;
 pub enum Kernel {
     /// The float64 token recurrence: the executable spec (CPU only).
     Reference,
-    /// Chunked prefill (SPEC.md section 5) in the backend's working precision.
+    /// Chunked prefill (docs/spec.md section 5) in the backend's working precision.
     Chunked,
     /// Chunked prefill in float64 (CPU only; cross-checks the chunked stage split).
     ChunkedF64,

@@ -1,4 +1,4 @@
-//! The one error type of the engine, split by what the caller does next (SPEC.md section 8).
+//! The one error type of the engine, split by what the caller does next (docs/spec.md section 8).
 
 use crate::caps::BackendKind;
 

@@ -1,6 +1,6 @@
 //! # deltarule-core
 //!
-//! The contract of the deltarule engine (`../shared/SPEC.md`), with no device dependency:
+//! The contract of the deltarule engine (docs/spec.md), with no device dependency:
 //!
 //! * the two operators, Gated DeltaNet (`gdn`, one scalar log-decay per token and value head) and
 //!   Kimi Delta Attention (`kda`, one log-decay per key channel), in prefill (chunked) and decode
@@ -10,7 +10,9 @@
 //!   where `D_t = exp(g_t)` (gdn, scalar) or `diag(exp(g_t))` (kda);
 //! * the state contract (layouts `kv`/`vk`, f32/bf16/f16 storage, dense or pooled, in place,
 //!   checkpoints), the variable-length metadata ([`varlen`]), the structured errors
-//!   ([`error::Error`]), the tolerances ([`tolerance`]) and the selection rules ([`select`]).
+//!   ([`error::Error`]), the tolerances ([`tolerance`]) and the selection rules ([`select`](mod@select));
+//! * the kernel-variant domain ([`variants`]): which problems a kernel variant applies to, asked
+//!   by the rule table and the CUDA backend alike.
 //!
 //! Backends implement [`backend::Backend`]; the engine facade selects a rule and runs it.
 
@@ -22,6 +24,7 @@ pub mod problem;
 pub mod select;
 pub mod tensor;
 pub mod tolerance;
+pub mod variants;
 pub mod varlen;
 
 pub use backend::{median, Backend, BenchOptions, BenchReport, Kernel};
@@ -29,8 +32,8 @@ pub use caps::{BackendKind, Capabilities};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use problem::{
-    validate_inputs, BetaMode, FinalState, Gate, InitialState, Inputs, Mode, Op, Outputs, Problem,
-    StateLayout, Validated,
+    validate_inputs, validate_state_indices, BetaMode, FinalState, Gate, InitialState, Inputs,
+    Mode, Op, Outputs, Problem, StateLayout, Validated,
 };
 pub use select::{select, DeviceState, Preference, Rule, Selection, RULES};
 pub use tensor::{HostTensor, TensorData};

@@ -2,8 +2,8 @@
 //! reused by selection, launch, tests and the CLI.
 //!
 //! One struct describes all four: the ops share every field except the gate's shape, and the modes
-//! share every field; `op` and `mode` are fields rather than four near-identical structs (a
-//! deliberate deviation from STYLE.md section 2, recorded in the README).
+//! share every field; `op` and `mode` are fields rather than four near-identical structs, so
+//! validation, selection and case ids live in one place (docs/selection.md, design choices).
 
 use crate::dtype::{dtype_set, DType};
 use crate::error::{Error, Result};
@@ -11,7 +11,7 @@ use crate::tensor::HostTensor;
 use crate::varlen::{checkpoint_offsets, validate_cu_seqlens};
 use std::fmt;
 
-/// The operator (SPEC.md section 1).
+/// The operator (docs/spec.md section 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// Gated DeltaNet: one scalar log-decay per token per value head.
@@ -53,7 +53,7 @@ impl Mode {
     }
 }
 
-/// How `g` becomes the log-decay (SPEC.md section 4).
+/// How `g` becomes the log-decay (docs/spec.md section 4).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Gate {
     /// `g` is the log-decay itself (case files: `precomputed`).
@@ -79,7 +79,7 @@ impl Gate {
     }
 }
 
-/// How `beta` is interpreted (SPEC.md section 4).
+/// How `beta` is interpreted (docs/spec.md section 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BetaMode {
     /// A probability, used as is (case files: `precomputed`).
@@ -101,7 +101,7 @@ impl BetaMode {
     }
 }
 
-/// Storage layout of one state (SPEC.md section 6).
+/// Storage layout of one state (docs/spec.md section 6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StateLayout {
     /// `[.., K, V]`, V contiguous (fla's default).
@@ -152,7 +152,7 @@ pub enum FinalState {
     InPlace,
 }
 
-/// One problem: the dimensions, dtypes and every option of SPEC.md.
+/// One problem: the dimensions, dtypes and every option of docs/spec.md.
 ///
 /// Tensors (packed, no batch axis; `T` = total tokens, `N` = sequences):
 ///
@@ -223,15 +223,15 @@ pub const STATE_DTYPES: &[DType] = &[DType::F32, DType::BF16, DType::F16];
 pub const OUT_DTYPES: &[DType] = &[DType::BF16, DType::F16, DType::F32];
 /// Offset and index dtypes.
 pub const INDEX_DTYPES: &[DType] = &[DType::I32, DType::I64];
-/// The chunk length of SPEC.md section 5.
+/// The chunk length of docs/spec.md section 5.
 pub const CHUNK: usize = 64;
 /// Head dims the reference backends accept.
 pub const REFERENCE_HEAD_DIMS: std::ops::RangeInclusive<usize> = 16..=256;
 
 impl Problem {
-    /// A problem with the defaults of SPEC.md: scale `1/sqrt(K)`, log gate, probability beta, no
-    /// L2 norm, bf16 q/k/v, f32 g/beta/output, i64 offsets and indices, `kv` f32 state, no initial
-    /// state, a dense final state, chunk 64.
+    /// A problem with the defaults of docs/spec.md: scale `1/sqrt(K)`, log gate, probability
+    /// beta, no L2 norm, bf16 q/k/v, f32 g/beta/output, i64 offsets and indices, `kv` f32 state,
+    /// no initial state, a dense final state, chunk 64.
     pub fn new(
         op: Op,
         mode: Mode,
@@ -456,6 +456,22 @@ impl Problem {
         Ok(())
     }
 
+    /// Checks a caller's hint of the longest sequence (`max_seq`, in tokens), which selection
+    /// reads: at most T. `None` (not known) is always valid.
+    pub fn validate_longest_sequence(&self, max_seq: Option<usize>) -> Result<()> {
+        match max_seq {
+            Some(m) if m > self.tokens => Err(Error::invalid(
+                "max_seq",
+                format!(
+                    "at most T = {} (the longest sequence's tokens)",
+                    self.tokens
+                ),
+                m.to_string(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// A short, shape-encoding id, e.g. `kda_prefill/N2-T1000-H4-HV8-K60-V64-bf16-kv-f32`.
     pub fn id(&self) -> String {
         self.to_string()
@@ -669,6 +685,33 @@ fn check_finite(field: &str, t: &HostTensor) -> Result<()> {
     Ok(())
 }
 
+/// Checks `state_indices` against a pool of `rows` rows: every index is -1 (no state read, none
+/// written) or a row, and no row is named twice (two sequences would race on it).
+pub fn validate_state_indices(idx: &[i64], rows: usize) -> Result<()> {
+    let mut seen = vec![usize::MAX; rows];
+    for (seq, &i) in idx.iter().enumerate() {
+        if i < -1 || i >= rows as i64 {
+            return Err(Error::invalid(
+                format!("state_indices[{seq}]"),
+                format!("-1 or a pool row in 0..{rows}"),
+                i.to_string(),
+            ));
+        }
+        if i >= 0 {
+            let r = i as usize;
+            if seen[r] != usize::MAX {
+                return Err(Error::invalid(
+                    format!("state_indices[{seq}]"),
+                    "unique pool rows (duplicates would race)",
+                    format!("row {i}, also named by state_indices[{}]", seen[r]),
+                ));
+            }
+            seen[r] = seq;
+        }
+    }
+    Ok(())
+}
+
 /// Validates `inputs` against `p` (shapes, dtypes, offsets, indices and, with `p.check_finite`,
 /// values) before anything is launched. Returns what the backends need from the contents.
 pub fn validate_inputs(p: &Problem, inputs: &Inputs) -> Result<Validated> {
@@ -794,27 +837,7 @@ pub fn validate_inputs(p: &Problem, inputs: &Inputs) -> Result<Validated> {
             })?;
             expect_tensor("state_indices", idx_t, &[n], &[p.index_dtype])?;
             let idx = idx_t.to_i64_vec("state_indices")?;
-            let mut seen = vec![usize::MAX; rows];
-            for (seq, &i) in idx.iter().enumerate() {
-                if i < -1 || i >= rows as i64 {
-                    return Err(Error::invalid(
-                        format!("state_indices[{seq}]"),
-                        format!("-1 or a pool row in 0..{rows}"),
-                        i.to_string(),
-                    ));
-                }
-                if i >= 0 {
-                    let r = i as usize;
-                    if seen[r] != usize::MAX {
-                        return Err(Error::invalid(
-                            format!("state_indices[{seq}]"),
-                            "unique pool rows (duplicates would race)",
-                            format!("row {i}, also named by state_indices[{}]", seen[r]),
-                        ));
-                    }
-                    seen[r] = seq;
-                }
-            }
+            validate_state_indices(&idx, rows)?;
             indices = Some(idx);
         }
     }
@@ -858,4 +881,34 @@ pub fn validate_inputs(p: &Problem, inputs: &Inputs) -> Result<Validated> {
         indices,
         checkpoint_offsets,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_indices_name_pool_rows_once() {
+        assert!(validate_state_indices(&[2, -1, 0, -1], 3).is_ok());
+        let e = validate_state_indices(&[0, 3], 3).expect_err("row 3 of 3");
+        assert!(e.to_string().contains("state_indices[1]"), "{e}");
+        let e = validate_state_indices(&[-2], 3).expect_err("below -1");
+        assert!(e.to_string().contains("state_indices[0]"), "{e}");
+        let e = validate_state_indices(&[1, 0, 1], 3).expect_err("a repeated row");
+        assert!(
+            e.to_string().contains("also named by state_indices[0]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_longest_sequence_hint_is_at_most_t() {
+        let p = Problem::new(Op::Gdn, Mode::Prefill, 2, 100, 1, 1, 64, 64);
+        assert!(p.validate_longest_sequence(None).is_ok());
+        assert!(p.validate_longest_sequence(Some(100)).is_ok());
+        match p.validate_longest_sequence(Some(101)) {
+            Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "max_seq"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -196,28 +196,21 @@ impl HostTensor {
 
     /// Little-endian bytes of the data, as stored in safetensors files and device buffers.
     pub fn to_le_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.size_bytes());
-        match &self.data {
-            TensorData::F64(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            TensorData::F32(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            TensorData::F16(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            TensorData::BF16(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            TensorData::I32(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            TensorData::I64(v) => v
-                .iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        fn le<T: Copy, const W: usize>(v: &[T], to_le: fn(T) -> [u8; W]) -> Vec<u8> {
+            let mut out = Vec::with_capacity(v.len() * W);
+            for &x in v {
+                out.extend_from_slice(&to_le(x));
+            }
+            out
         }
-        out
+        match &self.data {
+            TensorData::F64(v) => le(v, f64::to_le_bytes),
+            TensorData::F32(v) => le(v, f32::to_le_bytes),
+            TensorData::F16(v) => le(v, f16::to_le_bytes),
+            TensorData::BF16(v) => le(v, bf16::to_le_bytes),
+            TensorData::I32(v) => le(v, i32::to_le_bytes),
+            TensorData::I64(v) => le(v, i64::to_le_bytes),
+        }
     }
 
     /// Parses little-endian bytes of `dtype` into a tensor of `shape`.
@@ -302,26 +295,11 @@ impl HostTensor {
         let r = start..start + values.len();
         match &mut self.data {
             TensorData::F64(d) => d[r].copy_from_slice(values),
-            TensorData::F32(d) => d[r]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(o, &x)| *o = x as f32),
-            TensorData::F16(d) => d[r]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(o, &x)| *o = f16_from_f64(x)),
-            TensorData::BF16(d) => d[r]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(o, &x)| *o = bf16_from_f64(x)),
-            TensorData::I32(d) => d[r]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(o, &x)| *o = x as i32),
-            TensorData::I64(d) => d[r]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(o, &x)| *o = x as i64),
+            TensorData::F32(d) => convert_into(&mut d[r], values, |x| x as f32),
+            TensorData::F16(d) => convert_into(&mut d[r], values, f16_from_f64),
+            TensorData::BF16(d) => convert_into(&mut d[r], values, bf16_from_f64),
+            TensorData::I32(d) => convert_into(&mut d[r], values, |x| x as i32),
+            TensorData::I64(d) => convert_into(&mut d[r], values, |x| x as i64),
         }
     }
 
@@ -330,28 +308,18 @@ impl HostTensor {
         let r = start..start + values.len();
         match &mut self.data {
             TensorData::F32(d) => d[r].copy_from_slice(values),
-            TensorData::F64(d) => d[r]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(o, &x)| *o = x as f64),
-            TensorData::F16(d) => d[r]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(o, &x)| *o = f16::from_f32(x)),
-            TensorData::BF16(d) => d[r]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(o, &x)| *o = bf16::from_f32(x)),
-            TensorData::I32(d) => d[r]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(o, &x)| *o = x as i32),
-            TensorData::I64(d) => d[r]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(o, &x)| *o = x as i64),
+            TensorData::F64(d) => convert_into(&mut d[r], values, |x| x as f64),
+            TensorData::F16(d) => convert_into(&mut d[r], values, f16::from_f32),
+            TensorData::BF16(d) => convert_into(&mut d[r], values, bf16::from_f32),
+            TensorData::I32(d) => convert_into(&mut d[r], values, |x| x as i32),
+            TensorData::I64(d) => convert_into(&mut d[r], values, |x| x as i64),
         }
     }
+}
+
+/// `dst[i] = convert(src[i])`.
+fn convert_into<S: Copy, T>(dst: &mut [T], src: &[S], convert: impl Fn(S) -> T) {
+    dst.iter_mut().zip(src).for_each(|(o, &x)| *o = convert(x));
 }
 
 #[cfg(test)]

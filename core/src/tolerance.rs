@@ -1,8 +1,8 @@
-//! Tolerances of SPEC.md section 9 as a type, and the comparison metrics every face prints.
+//! Tolerances of docs/spec.md section 9 as a type, and the comparison metrics every face prints.
 
 use std::fmt;
 
-/// The numerical class of a path; each has the bound of SPEC.md section 9.
+/// The numerical class of a path; each has the bound of docs/spec.md section 9.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Precision {
     /// The float64 reference (bound 1e-6: the case files store f32).

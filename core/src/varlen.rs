@@ -1,11 +1,10 @@
-//! Variable-length metadata (SPEC.md section 7): the chunk table derived from `cu_seqlens`, the
-//! per-sequence chunk and checkpoint offsets, the static (graph-capture) table with sentinel rows,
-//! and a cache keyed by (buffer identity, length, version) that never returns stale metadata.
+//! Variable-length metadata (docs/spec.md section 7): the offsets' checks, the chunk table
+//! derived from `cu_seqlens`, the per-sequence chunk and checkpoint offsets, and the static
+//! (graph-capture) table with sentinel rows.
 
 use crate::error::{Error, Result};
-use std::sync::{Arc, Mutex};
 
-/// Checks `cu_seqlens` (SPEC.md section 2): `cu[0] = 0`, non-decreasing, `cu[N] = T`.
+/// Checks `cu_seqlens` (docs/spec.md section 2): `cu[0] = 0`, non-decreasing, `cu[N] = T`.
 /// Returns the offsets as `usize`.
 pub fn validate_cu_seqlens(cu: &[i64], tokens: usize) -> Result<Vec<usize>> {
     if cu.len() < 2 {
@@ -111,8 +110,8 @@ impl ChunkTable {
         (start, end)
     }
 
-    /// The static row count of SPEC.md section 7 for graph capture: `ceil(T/C) + N - 1`, an upper
-    /// bound on the rows of any segmentation of T tokens into N sequences.
+    /// The static row count of docs/spec.md section 7 for graph capture: `ceil(T/C) + N - 1`, an
+    /// upper bound on the rows of any segmentation of T tokens into N sequences.
     pub fn static_rows(tokens: usize, seqs: usize, chunk: usize) -> usize {
         (tokens.div_ceil(chunk) + seqs).saturating_sub(1).max(1)
     }
@@ -128,102 +127,6 @@ impl ChunkTable {
             .collect();
         out.resize(total.max(out.len()), [-1, -1]);
         out
-    }
-}
-
-/// Identity of an offsets buffer: the cache key of SPEC.md section 7.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct MetadataKey {
-    /// Buffer identity (a device pointer or a host address).
-    pub buffer: u64,
-    /// Number of entries (N + 1).
-    pub len: usize,
-    /// The caller's version counter, or `None` when the caller has none (PyTorch inference-mode
-    /// tensors): then the contents are compared on every call.
-    pub version: Option<u64>,
-}
-
-#[derive(Debug)]
-struct Entry {
-    key: MetadataKey,
-    chunk: usize,
-    contents: Vec<i64>,
-    table: Arc<ChunkTable>,
-}
-
-/// Outcome of a cache lookup, for tests and logs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheOutcome {
-    /// Same key and version: reused without reading the contents.
-    HitVersion,
-    /// No version: the contents were read and matched the cached ones.
-    HitContents,
-    /// Built (first use, new version, or changed contents).
-    Built,
-}
-
-/// A small cache of chunk tables. Stale metadata is never returned: a versioned key must match
-/// exactly, and an unversioned key is revalidated against the offsets' contents on every call.
-#[derive(Debug, Default)]
-pub struct MetadataCache {
-    entries: Mutex<Vec<Entry>>,
-    capacity: usize,
-}
-
-impl MetadataCache {
-    pub fn new(capacity: usize) -> Self {
-        MetadataCache {
-            entries: Mutex::new(Vec::new()),
-            capacity: capacity.max(1),
-        }
-    }
-
-    /// Returns the chunk table for `key`. `read` returns the current contents of the offsets; it
-    /// is called unless a versioned entry matches.
-    pub fn get(
-        &self,
-        key: MetadataKey,
-        tokens: usize,
-        chunk: usize,
-        read: impl FnOnce() -> Result<Vec<i64>>,
-    ) -> Result<(Arc<ChunkTable>, CacheOutcome)> {
-        let mut entries = self
-            .entries
-            .lock()
-            .map_err(|_| Error::invalid("metadata cache", "an unpoisoned lock", "poisoned"))?;
-        if key.version.is_some() {
-            if let Some(e) = entries.iter().find(|e| e.key == key && e.chunk == chunk) {
-                return Ok((e.table.clone(), CacheOutcome::HitVersion));
-            }
-        }
-        let contents = read()?;
-        if let Some(e) = entries
-            .iter()
-            .find(|e| e.key == key && e.chunk == chunk && e.contents == contents)
-        {
-            return Ok((e.table.clone(), CacheOutcome::HitContents));
-        }
-        let table = Arc::new(ChunkTable::from_raw(&contents, tokens, chunk)?);
-        entries
-            .retain(|e| !(e.key.buffer == key.buffer && e.key.len == key.len && e.chunk == chunk));
-        if entries.len() >= self.capacity {
-            entries.remove(0);
-        }
-        entries.push(Entry {
-            key,
-            chunk,
-            contents,
-            table: table.clone(),
-        });
-        Ok((table, CacheOutcome::Built))
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.lock().map(|e| e.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -281,53 +184,5 @@ mod tests {
             checkpoint_offsets(&[0, 130, 194, 194], 64),
             vec![0, 2, 3, 3]
         );
-    }
-
-    #[test]
-    fn cache_never_returns_stale_tables() {
-        let cache = MetadataCache::new(4);
-        let key_v1 = MetadataKey {
-            buffer: 0x1000,
-            len: 3,
-            version: Some(1),
-        };
-        let (t1, o) = cache
-            .get(key_v1, 100, 64, || Ok(vec![0, 40, 100]))
-            .expect("ok");
-        assert_eq!(o, CacheOutcome::Built);
-        let (_, o) = cache
-            .get(key_v1, 100, 64, || panic!("versioned hit must not read"))
-            .expect("ok");
-        assert_eq!(o, CacheOutcome::HitVersion);
-        // an in-place refill bumps the version
-        let key_v2 = MetadataKey {
-            version: Some(2),
-            ..key_v1
-        };
-        let (t2, o) = cache
-            .get(key_v2, 100, 64, || Ok(vec![0, 70, 100]))
-            .expect("ok");
-        assert_eq!(o, CacheOutcome::Built);
-        assert_ne!(t1.rows, t2.rows);
-        // no version (inference-mode tensor): contents decide
-        let key_nv = MetadataKey {
-            buffer: 0x2000,
-            len: 3,
-            version: None,
-        };
-        let (_, o) = cache
-            .get(key_nv, 100, 64, || Ok(vec![0, 40, 100]))
-            .expect("ok");
-        assert_eq!(o, CacheOutcome::Built);
-        let (_, o) = cache
-            .get(key_nv, 100, 64, || Ok(vec![0, 40, 100]))
-            .expect("ok");
-        assert_eq!(o, CacheOutcome::HitContents);
-        let (t3, o) = cache
-            .get(key_nv, 100, 64, || Ok(vec![0, 90, 100]))
-            .expect("ok");
-        assert_eq!(o, CacheOutcome::Built);
-        assert_eq!(t3.cu, vec![0, 90, 100]);
-        assert_eq!(cache.len(), 2);
     }
 }

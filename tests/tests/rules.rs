@@ -424,7 +424,7 @@ fn the_readme_table_matches_the_rules() {
 
 #[test]
 fn auto_splits_prefill_while_the_workspace_is_bounded_then_fuses() {
-    // session 6 (H200): small-bh was as fast as or faster than the fused kernel on every
+    // measured on an H200: small-bh is as fast as or faster than the fused kernel on every
     // many-pair shape measured, so auto takes it up to 16 Ki (chunk, value head) workspace blocks
     let devices = vec![cpu(), DeviceState::Available(cuda_caps(9, 0, 132))];
     let pick = |op: Op, seqs: usize, len: usize, hv: usize| {
@@ -447,7 +447,7 @@ fn auto_splits_prefill_while_the_workspace_is_bounded_then_fuses() {
     assert_eq!(pick(Op::Kda, 512, 1024, 32).0, "cuda.kda.prefill.chunked");
 }
 
-/// Session 15 (H200): gdn 16/32 256x64 on the fused T-form 0.890 ms against 1.159 on small-bh,
+/// Measured on an H200: gdn 16/32 256x64 on the fused T-form 0.890 ms against 1.159 on small-bh,
 /// 128x128 0.898 against 0.816: auto fuses gdn where every sequence fits one chunk (and the final
 /// state is dense f32, K, V >= 64: the fused T-form's domain), knowing the longest sequence.
 #[test]
@@ -490,9 +490,9 @@ fn auto_fuses_gdn_when_every_sequence_is_one_chunk() {
     assert_eq!(pick(&p, Some(64)).0, "cuda.kda.prefill.small-bh");
 }
 
-/// gdn's coop kernel holds 48,144 bytes of workgroup memory in its intra stage (session 14), kda's
-/// 32 KiB: an adapter with cooperative matrices but 32 KiB of workgroup memory keeps the kda row
-/// and rejects the gdn row with that number, and auto falls back to the f32 kernel for gdn.
+/// gdn's coop kernel holds 48,144 bytes of workgroup memory in its intra stage, kda's 32 KiB: an
+/// adapter with cooperative matrices but 32 KiB of workgroup memory keeps the kda row and rejects
+/// the gdn row with that number, and auto falls back to the f32 kernel for gdn.
 #[test]
 fn the_gdn_coop_row_needs_the_workgroup_memory_of_its_intra_stage() {
     let mut small = wgpu_coop_caps();

@@ -138,11 +138,11 @@ impl Engine {
     /// and grows `ws` only when needed: warm up eagerly before CUDA-graph capture), and launches
     /// without reading device memory or synchronising. `cu_seqlens` and `state_indices` are not
     /// validated here: the caller validates them (the Python package does, with the versioned
-    /// cache of SPEC.md section 7).
+    /// cache of docs/spec.md section 7).
     ///
     /// `max_seq`: the longest sequence's token count, where the caller knows it on the host (the
     /// Python package does after reading the offsets; not under CUDA-graph capture). Only the
-    /// selection uses it (`auto` fuses gdn when every sequence is one chunk, `AutoWhen::short`):
+    /// selection uses it (`auto` fuses gdn when every sequence is one chunk, `SplitBound::short`):
     /// every row computes the same result for any lengths, so a stale hint (a graph replayed
     /// with longer sequences) costs speed, never correctness. Pass the same value to
     /// [`Engine::device_workspace`], which sizes the workspace for the row it selects.
@@ -185,13 +185,7 @@ impl Engine {
         max_seq: Option<usize>,
     ) -> Result<(&'static Rule, &CudaBackend)> {
         p.validate()?;
-        if let Some(m) = max_seq.filter(|&m| m > p.tokens) {
-            return Err(deltarule_core::Error::invalid(
-                "max_seq",
-                format!("at most T = {} (the longest sequence's tokens)", p.tokens),
-                m.to_string(),
-            ));
-        }
+        p.validate_longest_sequence(max_seq)?;
         let pref = match pref {
             Preference::Auto => Preference::Backend(BackendKind::Cuda),
             other => other,
@@ -245,10 +239,80 @@ fn probe_wgpu() -> std::result::Result<Arc<dyn Backend>, String> {
     Err("this build has no wgpu backend (feature `wgpu` off)".into())
 }
 
-#[allow(dead_code)]
+/// The reason a backend that failed to start gives.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn reason(e: deltarule_core::Error) -> String {
     match e {
         deltarule_core::Error::Unavailable { reason, .. } => reason,
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deltarule_core::{DType, Error, HostTensor, Kernel, Mode, Op};
+
+    fn problem() -> Problem {
+        Problem::new(Op::Gdn, Mode::Prefill, 2, 40, 1, 2, 16, 16)
+    }
+
+    fn inputs(p: &Problem) -> Inputs {
+        let t = |dtype: DType, shape: Vec<usize>| {
+            let n: usize = shape.iter().product();
+            let values: Vec<f64> = (0..n).map(|i| ((i % 7) as f64 - 3.0) * 0.05).collect();
+            HostTensor::from_f64(dtype, shape, &values)
+        };
+        Inputs {
+            q: t(p.qkv_dtype, vec![p.tokens, p.h, p.k]),
+            k: t(p.qkv_dtype, vec![p.tokens, p.h, p.k]),
+            v: t(p.qkv_dtype, vec![p.tokens, p.hv, p.v]),
+            g: HostTensor::from_f64(DType::F32, p.g_shape(), &vec![-0.1; p.tokens * p.hv]),
+            beta: HostTensor::from_f64(DType::F32, vec![p.tokens, p.hv], &vec![0.5; 80]),
+            cu_seqlens: HostTensor::from_i64(DType::I64, vec![3], &[0, 15, 40]),
+            a_log: None,
+            dt_bias: None,
+            initial_state: None,
+            state_indices: None,
+        }
+    }
+
+    #[test]
+    fn a_cpu_only_engine_runs_the_reference_under_auto() {
+        let engine = Engine::cpu_only();
+        let p = problem();
+        let (out, rule) = engine
+            .run(&p, &inputs(&p), Preference::Auto)
+            .expect("the reference accepts every valid problem");
+        assert_eq!(
+            (rule.backend, rule.kernel),
+            (BackendKind::Cpu, Kernel::Reference)
+        );
+        assert_eq!(out.o.shape, vec![p.tokens, p.hv, p.v]);
+    }
+
+    #[test]
+    fn an_absent_backend_is_an_error_with_its_reason() {
+        let engine = Engine::cpu_only();
+        let p = problem();
+        let pref = Preference::parse("cuda:small-bh").expect("a selection name");
+        match engine.run(&p, &inputs(&p), pref) {
+            Err(Error::NoEligibleRule { reasons, .. }) => {
+                assert!(reasons.join("\n").contains("not probed"), "{reasons:?}")
+            }
+            other => panic!("expected NoEligibleRule, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn invalid_inputs_are_rejected_before_selection() {
+        let engine = Engine::cpu_only();
+        let p = problem();
+        let mut bad = inputs(&p);
+        bad.cu_seqlens = HostTensor::from_i64(DType::I64, vec![3], &[0, 30, 20]);
+        match engine.run(&p, &bad, Preference::Auto) {
+            Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "cu_seqlens[2]"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
     }
 }
