@@ -1,7 +1,6 @@
-//! `deltarule bench`: times backends on named shapes (the anchors of
-//! ../shared/reference/performance-anchors.md) or a generated problem, with the device's own
-//! timers, and reports GPU time, host time per call, tokens/s, TFLOP/s, GB/s and the ratio to the
-//! roofline floor.
+//! `deltarule bench`: times backends on named shapes (`op[-decode]-H/HV-NxL`, or the anchor
+//! shapes of [`ANCHORS`]) or a generated problem, with the device's own timers, and reports GPU
+//! time, host time per call, tokens/s, TFLOP/s, GB/s and the ratio to the roofline floor.
 
 use crate::args::ProblemArgs;
 use crate::{engine_for, Outcome};
@@ -9,11 +8,12 @@ use clap::Args;
 use deltarule_core::problem::{FinalState, InitialState, Mode, Op};
 use deltarule_core::select::Preference;
 use deltarule_core::{median, BenchOptions, DType, Error, Problem, Result};
+use deltarule_tests::diff::render_aligned;
 use deltarule_tests::generate::{generate, DataStyle};
 use serde_json::json;
 
-/// H200 ceilings measured on the project's machine (performance-anchors.md): dense bf16 matrix
-/// rate and copy bandwidth (read + write).
+/// The roofline's ceilings, measured on an H200: dense bf16 matrix rate and copy bandwidth
+/// (read + write).
 pub const PEAK_FLOPS: f64 = 790e12;
 pub const PEAK_BYTES: f64 = 4.3e12;
 
@@ -23,7 +23,7 @@ pub struct BenchArgs {
     #[arg(long = "backend", num_args = 1.., default_value = "auto")]
     pub backends: Vec<String>,
     /// Named shapes such as `gdn-16/32-1x8192`, `kda-32/32-1x8192`, `gdn-decode-16/32-256x1`
-    /// (op[-decode]-H/HV-NxL, K = V = 128), or `anchors` for the table of the CUDA issue.
+    /// (op[-decode]-H/HV-NxL, K = V = 128), or `anchors` for the eight anchor shapes.
     #[arg(long = "shape", num_args = 1..)]
     pub shapes: Vec<String>,
     #[arg(long, default_value_t = 5)]
@@ -40,7 +40,9 @@ pub struct BenchArgs {
     pub problem: ProblemArgs,
 }
 
-/// The shapes of the CUDA issue's target table.
+/// The anchor shapes: the prefill of Qwen3-Next (gdn 16/32) and Kimi Linear (kda 32/32) layers
+/// at long, batched and short sequences, gdn with 4/8 heads, kda with 64 heads, and a decode of
+/// 256 sequences.
 pub const ANCHORS: &[&str] = &[
     "gdn-16/32-1x8192",
     "gdn-16/32-1x32768",
@@ -96,9 +98,9 @@ pub fn named_shape(name: &str) -> Result<(Problem, Vec<usize>)> {
 
 /// Named shapes time the whole workload: the generator leaves every fourth pool sequence at index
 /// -1 (a conformance case: start from zeros, write nothing), which would move a quarter fewer
-/// states than the peers' runs of the same shape (until session 24 the decode anchor did: 192 of
-/// 256 states). Points sequence n at pool row n (named shapes' pools have one row per sequence)
-/// and returns the number of states moved.
+/// states than the peers' runs of the same shape (192 of 256 states for the decode anchor).
+/// Points sequence n at pool row n (named shapes' pools have one row per sequence) and returns
+/// the number of states moved.
 pub fn every_sequence_active(p: &Problem, inputs: &mut deltarule_core::Inputs) -> Result<usize> {
     if let InitialState::Pool { rows } = p.initial {
         if rows >= p.seqs {
@@ -126,8 +128,8 @@ pub fn active_states(p: &Problem, inputs: &deltarule_core::Inputs) -> Result<usi
     }
 }
 
-/// FLOPs of the chunked algorithm (performance-anchors.md section 3: `6KV + 10CK` per token and
-/// value head); decode counts the recurrence's `4KV` plus the decay.
+/// FLOPs of the chunked algorithm (`6KV + 10CK` per token and value head, C the chunk length);
+/// decode counts the recurrence's `4KV` plus the decay.
 pub fn flops(p: &Problem) -> f64 {
     let (k, v, c) = (p.k as f64, p.v as f64, p.chunk as f64);
     let per = match p.mode {
@@ -279,17 +281,7 @@ pub fn run(args: BenchArgs) -> Result<Outcome> {
         }
     }
     if !args.json {
-        let widths: Vec<usize> = (0..table[0].len())
-            .map(|c| table.iter().map(|r| r[c].len()).max().unwrap_or(0))
-            .collect();
-        for r in &table {
-            let line: Vec<String> = r
-                .iter()
-                .enumerate()
-                .map(|(c, s)| format!("{:<w$}", s, w = widths[c]))
-                .collect();
-            println!("{}", line.join("  ").trim_end());
-        }
+        print!("{}", render_aligned(&table));
         for l in &stage_lines {
             println!("{l}");
         }

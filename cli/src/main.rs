@@ -8,14 +8,15 @@ mod args;
 mod bench;
 
 use args::ProblemArgs;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use deltarule_core::problem::{Mode, Op};
 use deltarule_core::select::{render_rules, DeviceState, Preference};
 use deltarule_core::{BackendKind, Error};
 use deltarule_engine::{Engine, EngineOptions};
 use deltarule_tests::casefile::{read_case, write_case, Case};
 use deltarule_tests::diff::{
-    default_backends, diff_case, reference_outputs, render_table, DiffRow,
+    backend_kind, default_backends, diff_case, diff_preference, reference_outputs, render_table,
+    DiffRow,
 };
 use deltarule_tests::generate::{generate, with_expected, DataStyle};
 use std::path::PathBuf;
@@ -36,26 +37,7 @@ struct Cli {
 enum Cmd {
     /// Run cases on backends and compare every output with the expected tensors and the float64
     /// reference.
-    Diff {
-        /// Case files (safetensors, ../shared/case-format.md).
-        #[arg(long = "case", num_args = 1..)]
-        cases: Vec<PathBuf>,
-        /// Backends: cpu (float64 recurrence), cpu:chunked (f32), cpu:chunked-f64, wgpu, cuda,
-        /// backend:kernel, auto. Default: every available backend.
-        #[arg(long = "backend", num_args = 1..)]
-        backends: Vec<String>,
-        /// Alias of --backend for gdn prefill (as in the serving engines).
-        #[arg(long)]
-        gdn_prefill_backend: Option<String>,
-        /// Alias of --backend for kda prefill (as in the serving engines).
-        #[arg(long)]
-        kda_prefill_backend: Option<String>,
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        problem: ProblemArgs,
-    },
+    Diff(DiffArgs),
     /// Write a generated problem with float64 expected outputs as a case file.
     Gen {
         #[command(flatten)]
@@ -90,11 +72,35 @@ enum Cmd {
     Bench(bench::BenchArgs),
 }
 
+#[derive(Args, Debug)]
+struct DiffArgs {
+    /// Case files (safetensors, docs/case-format.md).
+    #[arg(long = "case", num_args = 1..)]
+    cases: Vec<PathBuf>,
+    /// Backends: cpu (float64 recurrence), cpu:chunked (f32), cpu:chunked-f64, wgpu, cuda,
+    /// backend:kernel, auto. Default: every available backend.
+    #[arg(long = "backend", num_args = 1..)]
+    backends: Vec<String>,
+    /// Alias of --backend for gdn prefill (as in the serving engines).
+    #[arg(long)]
+    gdn_prefill_backend: Option<String>,
+    /// Alias of --backend for kda prefill (as in the serving engines).
+    #[arg(long)]
+    kda_prefill_backend: Option<String>,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    problem: ProblemArgs,
+}
+
+/// An engine with the CPU backend and every backend the names ask for (all of them for none or
+/// `auto`).
 fn engine_for(names: &[String]) -> Engine {
     let mut kinds = vec![BackendKind::Cpu];
     let all = names.is_empty() || names.iter().any(|n| n == "auto");
     for k in [BackendKind::Wgpu, BackendKind::Cuda] {
-        if all || names.iter().any(|n| n.split(':').next() == Some(k.name())) {
+        if all || names.iter().any(|n| backend_kind(n) == Some(k)) {
             kinds.push(k);
         }
     }
@@ -152,21 +158,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<Outcome, Error> {
     match cli.cmd {
-        Cmd::Diff {
-            cases,
-            backends,
-            gdn_prefill_backend,
-            kda_prefill_backend,
-            json,
-            problem,
-        } => cmd_diff(
-            cases,
-            backends,
-            gdn_prefill_backend,
-            kda_prefill_backend,
-            json,
-            problem,
-        ),
+        Cmd::Diff(args) => cmd_diff(args),
         Cmd::Gen { problem, out } => {
             let (p, seqlens) = problem.problem()?;
             let case = generate(&p, &seqlens, problem.seed, DataStyle::default())?;
@@ -250,28 +242,23 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
 /// Whether the table has any row of this backend (and kernel) for the case's op and mode; a
 /// backend without one is skipped with a note rather than failed.
 fn has_row(case: &Case, name: &str) -> bool {
-    let Ok(pref) = deltarule_tests::diff::diff_preference(name) else {
+    let Ok(pref) = diff_preference(name) else {
         return true; // let diff_case report the parse error
     };
-    deltarule_core::RULES.iter().any(|r| {
-        r.op == case.problem.op
-            && r.mode == case.problem.mode
-            && match pref {
-                Preference::Auto => true,
-                Preference::Backend(b) => r.backend == b,
-                Preference::Kernel(b, k) => r.backend == b && r.kernel == k,
-            }
-    })
+    deltarule_core::RULES
+        .iter()
+        .any(|r| r.op == case.problem.op && r.mode == case.problem.mode && pref.wants(r))
 }
 
-fn cmd_diff(
-    case_paths: Vec<PathBuf>,
-    backends: Vec<String>,
-    gdn_alias: Option<String>,
-    kda_alias: Option<String>,
-    json: bool,
-    problem: ProblemArgs,
-) -> Result<Outcome, Error> {
+fn cmd_diff(args: DiffArgs) -> Result<Outcome, Error> {
+    let DiffArgs {
+        cases: case_paths,
+        backends,
+        gdn_prefill_backend: gdn_alias,
+        kda_prefill_backend: kda_alias,
+        json,
+        problem,
+    } = args;
     let mut cases: Vec<Case> = Vec::new();
     let mut input_error: Option<Error> = None;
     for path in &case_paths {

@@ -1,4 +1,4 @@
-"""Validation of device-resident offsets and indices with the versioned cache of SPEC.md section 7.
+"""Validation of device-resident offsets and indices, with a versioned cache (docs/spec.md).
 
 Reading ``cu_seqlens`` or ``state_indices`` on the host costs a device-to-host copy and a stream
 synchronisation, so each distinct tensor is validated once and the result cached under

@@ -1,8 +1,10 @@
 """Argument validation shared by the real ops and their fake (meta) implementations.
 
-Pure Python and duck-typed: works on torch tensors (real, meta or fake) and on numpy arrays, so
-the CI machine (no torch) can test it. Every error names the argument, what was expected and what
-was got: ``ValueError`` for shapes, values and options, ``TypeError`` for dtypes.
+Duck-typed: works on torch tensors (real, meta or fake) and on numpy arrays, so it is tested
+without torch. The problem's own rules (dims, dtypes, options) are the engine core's
+(``Problem::validate``, reached through the extension); this module checks what only the
+tensors show. Every error names the argument, what was expected and what was got:
+``ValueError`` for shapes, values and options, ``TypeError`` for dtypes.
 """
 
 from __future__ import annotations
@@ -10,12 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
+from . import _native
+
 _DTYPES = {
+    "torch.float64": "f64",
     "torch.bfloat16": "bf16",
     "torch.float16": "f16",
     "torch.float32": "f32",
     "torch.int32": "i32",
     "torch.int64": "i64",
+    "float64": "f64",
     "bfloat16": "bf16",
     "float16": "f16",
     "float32": "f32",
@@ -23,13 +29,9 @@ _DTYPES = {
     "int64": "i64",
 }
 
-QKV_DTYPES = ("bf16", "f16", "f32")
-GATE_DTYPES = ("f32", "bf16")
+# the state tensors whose dtype the problem names differently (a pool is the problem's initial
+# and final state, checkpoints share the final state's dtype): checked here under their own names
 STATE_DTYPES = ("f32", "bf16", "f16")
-INDEX_DTYPES = ("i32", "i64")
-GATES = ("log", "softplus", "lower_bound")
-BETAS = ("prob", "logit", "logit2")
-LAYOUTS = ("kv", "vk")
 
 
 def dtype_name(t: Any) -> str:
@@ -47,7 +49,10 @@ def _fail(arg: str, expected: str, got: Any) -> ValueError:
 
 
 def _type_fail(arg: str, expected: Sequence[str], got: str) -> TypeError:
-    return TypeError(f"invalid dtype of `{arg}`: expected one of {', '.join(expected)}, got {got}")
+    # the engine core's wording for dtypes (the field is `<argument> dtype`)
+    return TypeError(
+        f"invalid argument `{arg} dtype`: expected one of {{{', '.join(expected)}}}, got {got}"
+    )
 
 
 def _expect_shape(arg: str, t: Any, want: Tuple[int, ...]) -> None:
@@ -140,40 +145,24 @@ def build_spec(
     state_layout: str = "vk",
     checkpoint_every: int = 0,
 ) -> Spec:
-    """Validates every argument of one op call and returns its :class:`Spec`."""
-    if op not in ("gdn", "kda"):
-        raise _fail("op", "gdn or kda", op)
-    if mode not in ("prefill", "decode"):
-        raise _fail("mode", "prefill or decode", mode)
+    """Validates every argument of one op call and returns its :class:`Spec`.
+
+    The problem itself (op, mode, head counts and dims, dtypes, the gate, beta and layout options,
+    scale, pool size, checkpoint interval) is checked by the engine's core through
+    ``_native.validate``: the rules live there once, for every caller. What only the tensors show
+    is checked here: ranks and shapes, that k and v have q's dtype, which state tensors are given,
+    contiguity and device."""
     if len(shape(q)) != 3:
         raise _fail("q", "a tensor [T, H, K]", list(shape(q)))
     T, H, K = shape(q)
     if len(shape(v)) != 3:
         raise _fail("v", "a tensor [T, HV, V]", list(shape(v)))
     _, HV, V = shape(v)
-    if H < 1 or HV < 1 or HV % H != 0:
-        raise _fail("v", f"a value-head count HV that is a multiple of H = {H}", HV)
-    _expect_shape("k", k, (T, H, K))
-    _expect_shape("v", v, (T, HV, V))
-    qd = _expect_dtype("q", q, QKV_DTYPES)
-    for name, t in (("k", k), ("v", v)):
-        d = _expect_dtype(name, t, QKV_DTYPES)
-        if d != qd:
-            raise _type_fail(name, (qd,), d)
-    _expect_shape("g", g, (T, HV) if op == "gdn" else (T, HV, K))
-    gd = _expect_dtype("g", g, GATE_DTYPES)
-    _expect_shape("beta", beta, (T, HV))
-    bd = _expect_dtype("beta", beta, GATE_DTYPES)
     if len(shape(cu_seqlens)) != 1 or shape(cu_seqlens)[0] < 2:
         raise _fail("cu_seqlens", "a tensor [N + 1] with N >= 1", list(shape(cu_seqlens)))
     N = shape(cu_seqlens)[0] - 1
-    od = _expect_dtype("cu_seqlens", cu_seqlens, INDEX_DTYPES)
-    _expect_shape("o", o, (T, HV, V))
-    outd = _expect_dtype("o", o, QKV_DTYPES)
 
-    if state_layout not in LAYOUTS:
-        raise _fail("state_layout", "kv or vk", state_layout)
-    S = (K, V) if state_layout == "kv" else (V, K)
+    # which state tensors are given
     pool_rows = 0
     idxd = "i64"
     if state_pool is not None:
@@ -182,17 +171,14 @@ def build_spec(
                 "state_pool", "either a pool (with state_indices) or dense initial/final states",
                 "both",
             )
-        if len(shape(state_pool)) != 4 or shape(state_pool)[1:] != (HV,) + S:
-            raise _fail("state_pool", f"shape [P, {HV}, {S[0]}, {S[1]}]", list(shape(state_pool)))
-        pool_rows = shape(state_pool)[0]
-        if pool_rows < 1:
-            raise _fail("state_pool", "at least one row", pool_rows)
-        sd = _expect_dtype("state_pool", state_pool, STATE_DTYPES)
-        s_in, s_out = sd, sd
         if state_indices is None:
             raise _fail("state_indices", f"an [{N}] index tensor with state_pool", None)
-        _expect_shape("state_indices", state_indices, (N,))
-        idxd = _expect_dtype("state_indices", state_indices, INDEX_DTYPES)
+        if len(shape(state_pool)) != 4 or shape(state_pool)[0] < 1:
+            raise _fail("state_pool", "a tensor [P, HV, S0, S1] with P >= 1",
+                        list(shape(state_pool)))
+        pool_rows = shape(state_pool)[0]
+        s_in = s_out = _expect_dtype("state_pool", state_pool, STATE_DTYPES)
+        idxd = dtype_name(state_indices)
         initial, final = "pool", "inplace"
     else:
         if state_indices is not None:
@@ -200,12 +186,10 @@ def build_spec(
         s_in = s_out = "f32"
         initial = final = "none"
         if initial_state is not None:
-            _expect_shape("initial_state", initial_state, (N, HV) + S)
-            s_in = _expect_dtype("initial_state", initial_state, STATE_DTYPES)
+            s_in = dtype_name(initial_state)
             initial = "dense"
         if final_state is not None:
-            _expect_shape("final_state", final_state, (N, HV) + S)
-            s_out = _expect_dtype("final_state", final_state, STATE_DTYPES)
+            s_out = dtype_name(final_state)
             final = "dense"
     if checkpoint_every < 0:
         raise _fail("checkpoint_every", "a non-negative integer", checkpoint_every)
@@ -216,41 +200,55 @@ def build_spec(
             f"checkpoint_every={checkpoint_every}",
         )
     if checkpoints is not None:
-        cs = shape(checkpoints)
-        if len(cs) != 4 or cs[1:] != (HV,) + S:
-            raise _fail("checkpoints", f"shape [C, {HV}, {S[0]}, {S[1]}]", list(cs))
         ckd = _expect_dtype("checkpoints", checkpoints, STATE_DTYPES)
         if final == "none":
             s_out = ckd
         elif ckd != s_out:
             raise _type_fail("checkpoints", (s_out,), ckd)
 
-    if gate not in GATES:
-        raise _fail("gate", "log, softplus or lower_bound", gate)
-    if gate == "lower_bound" and op != "kda":
-        raise _fail("gate", "log or softplus for gdn", gate)
-    if gate == "lower_bound" and not (lower_bound < 0 and lower_bound == lower_bound):
-        raise _fail("lower_bound", "a finite negative number", lower_bound)
+    qd = dtype_name(q)
+    spec = Spec(
+        op=op, mode=mode, T=T, N=N, H=H, HV=HV, K=K, V=V, pool_rows=pool_rows,
+        dtypes=(qd, dtype_name(g), dtype_name(beta), dtype_name(o), s_in, s_out,
+                dtype_name(cu_seqlens), idxd),
+        scale=float(scale), l2norm=bool(use_qk_l2norm), gate=gate,
+        lower_bound=float(lower_bound), has_a_log=A_log is not None, beta_mode=beta_mode,
+        layout=state_layout, initial=initial, final=final,
+        checkpoint_every=int(checkpoint_every),
+    )
+    _native.validate(op, mode, spec.native())
+
+    S = spec.state_dims()
+    _expect_shape("k", k, (T, H, K))
+    for name, t in (("k", k), ("v", v)):
+        if dtype_name(t) != qd:
+            raise _type_fail(name, (qd,), dtype_name(t))
+    _expect_shape("g", g, (T, HV) if op == "gdn" else (T, HV, K))
+    _expect_shape("beta", beta, (T, HV))
+    _expect_shape("o", o, (T, HV, V))
+    if state_pool is not None:
+        _expect_shape("state_pool", state_pool, (pool_rows, HV) + S)
+        _expect_shape("state_indices", state_indices, (N,))
+    for name, t in (("initial_state", initial_state), ("final_state", final_state)):
+        if t is not None:
+            _expect_shape(name, t, (N, HV) + S)
+    if checkpoints is not None:
+        cs = shape(checkpoints)
+        if len(cs) != 4 or cs[1:] != (HV,) + S:
+            raise _fail("checkpoints", f"shape [C, {HV}, {S[0]}, {S[1]}]", list(cs))
+    if A_log is not None:
+        _expect_shape("A_log", A_log, (HV,))
+        _expect_dtype("A_log", A_log, ("f32",))
     if gate == "log":
-        for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
-            if t is not None:
-                raise _fail(name, "None with gate = log", list(shape(t)))
+        if dt_bias is not None:
+            raise _fail("dt_bias", "None with gate = log", list(shape(dt_bias)))
     else:
-        if gate == "softplus" and A_log is None:
-            raise _fail("A_log", f"an [{HV}] f32 tensor with gate = softplus", None)
-        if A_log is not None:
-            _expect_shape("A_log", A_log, (HV,))
-            _expect_dtype("A_log", A_log, ("f32",))
         if dt_bias is None:
             raise _fail("dt_bias", f"an f32 tensor with gate = {gate}", None)
         want = (HV,) if op == "gdn" else (HV * K,)
         if shape(dt_bias) != want and not (op == "kda" and shape(dt_bias) == (HV, K)):
             raise _fail("dt_bias", f"shape {list(want)}", list(shape(dt_bias)))
         _expect_dtype("dt_bias", dt_bias, ("f32",))
-    if beta_mode not in BETAS:
-        raise _fail("beta_mode", "prob, logit or logit2", beta_mode)
-    if not (scale >= 0.0):
-        raise _fail("scale", "0 (default 1/sqrt(K)) or a positive float", scale)
 
     named = [
         ("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("cu_seqlens", cu_seqlens),
@@ -266,14 +264,7 @@ def build_spec(
             raise _fail(name, "a contiguous tensor", "a strided view")
         if dev is not None and getattr(t, "device", dev) != dev:
             raise _fail(name, f"a tensor on {dev}", getattr(t, "device", None))
-
-    return Spec(
-        op=op, mode=mode, T=T, N=N, H=H, HV=HV, K=K, V=V, pool_rows=pool_rows,
-        dtypes=(qd, gd, bd, outd, s_in, s_out, od, idxd), scale=float(scale),
-        l2norm=bool(use_qk_l2norm), gate=gate, lower_bound=float(lower_bound),
-        has_a_log=A_log is not None, beta_mode=beta_mode, layout=state_layout,
-        initial=initial, final=final, checkpoint_every=int(checkpoint_every),
-    )
+    return spec
 
 
 _SPEC_CACHE: dict = {}
@@ -302,33 +293,13 @@ def cached_spec(op: str, mode: str, tensors: Sequence[Any], options: tuple) -> S
 
 
 def validate_cu_seqlens(cu: Sequence[int], total_tokens: int) -> None:
-    """``cu[0] = 0``, non-decreasing, ``cu[N] = T`` (SPEC.md section 2)."""
-    if len(cu) < 2:
-        raise _fail("cu_seqlens", "at least 2 entries", len(cu))
-    if cu[0] != 0:
-        raise _fail("cu_seqlens[0]", "0", cu[0])
-    for i in range(1, len(cu)):
-        if cu[i] < cu[i - 1]:
-            raise _fail(f"cu_seqlens[{i}]", f"non-decreasing offsets (>= {cu[i - 1]})", cu[i])
-        if cu[i] > total_tokens:
-            raise _fail(f"cu_seqlens[{i}]", f"an offset in 0..={total_tokens} (T)", cu[i])
-    if cu[-1] != total_tokens:
-        raise _fail(f"cu_seqlens[{len(cu) - 1}]", f"T = {total_tokens}", cu[-1])
+    """``cu[0] = 0``, non-decreasing, ``cu[N] = T``: the engine core's check of the contents."""
+    _native.validate_cu_seqlens(list(cu), total_tokens)
 
 
 def validate_state_indices(idx: Sequence[int], pool_rows: int) -> None:
-    """Every index is -1 or a pool row, and rows are not repeated."""
-    seen = {}
-    for n, i in enumerate(idx):
-        if i < -1 or i >= pool_rows:
-            raise _fail(f"state_indices[{n}]", f"-1 or a pool row in 0..{pool_rows}", i)
-        if i >= 0:
-            if i in seen:
-                raise _fail(
-                    f"state_indices[{n}]", "unique pool rows",
-                    f"row {i}, also named by state_indices[{seen[i]}]",
-                )
-            seen[i] = n
+    """Every index is -1 or a pool row, and rows are not repeated: the engine core's check."""
+    _native.validate_state_indices(list(idx), pool_rows)
 
 
 def checkpoint_count(cu: Sequence[int], every: int) -> int:

@@ -44,9 +44,8 @@ def _ptr(t: Optional[Tensor]) -> int:
 # Workspace bytes per (op, mode, backend, device, problem signature), from the native side. The
 # workspace itself is a torch tensor allocated per call on the launch stream: PyTorch's caching
 # allocator reuses it between eager calls (stream-ordered, so it is not reused before the launch
-# ran) and a captured CUDA graph keeps it in its memory pool. (Until session 6 the native side
-# kept one workspace per problem signature forever, which grew without bound when the token
-# counts varied from call to call.)
+# ran) and a captured CUDA graph keeps it in its memory pool, so nothing grows when the token
+# counts vary from call to call.
 _WS_BYTES: "OrderedDict[tuple, int]" = OrderedDict()
 _WS_CACHE_MAX = 1024
 
@@ -116,9 +115,9 @@ def call_eager(
     """Runs op ``name`` for the public wrappers (``deltarule.gdn_prefill``, ...): straight into
     the implementation for plain CUDA tensors in eager mode, through ``torch.ops.deltarule`` when
     tracing or compiling, under a dispatch mode, or for tensor subclasses (fake, functional).
-    PyTorch's custom-op dispatch cost ~60 us per call on the H200 host (session 6:
-    ``bench/py_host_split.py``), as long as a short prefill's kernels. Mutated tensors get their
-    version counters bumped as the dispatcher would (where autograd tracks them)."""
+    PyTorch's custom-op dispatch costs ~60 us per call (measured on an H200 host), as long as a
+    short prefill's kernels. Mutated tensors get their version counters bumped as the dispatcher
+    would (where autograd tracks them)."""
     q = tensors[0]
     if (type(q) is torch.Tensor and q.is_cuda and not torch.compiler.is_compiling()
             and _dispatch_stack_empty()):

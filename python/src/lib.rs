@@ -15,12 +15,18 @@ use pyo3::types::{PyBytes, PyDict};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// The engine's errors as Python exceptions, with the engine's message (it names the argument):
+/// an invalid dtype (core's fields `q/k/v dtype`, `beta dtype`, ...) is a `TypeError`, any other
+/// caller error a `ValueError`, device and compile failures a `RuntimeError`.
 fn to_py(e: Error) -> PyErr {
     match &e {
-        Error::InvalidArgument { .. } | Error::NoEligibleRule { .. } | Error::Input { .. } => {
-            PyValueError::new_err(e.to_string())
+        Error::InvalidArgument { field, .. } if field.ends_with(" dtype") => {
+            PyTypeError::new_err(e.to_string())
         }
-        Error::Unsupported { .. } => PyValueError::new_err(e.to_string()),
+        Error::InvalidArgument { .. }
+        | Error::NoEligibleRule { .. }
+        | Error::Input { .. }
+        | Error::Unsupported { .. } => PyValueError::new_err(e.to_string()),
         _ => PyRuntimeError::new_err(e.to_string()),
     }
 }
@@ -38,10 +44,14 @@ type Dtypes = (
     String,
 );
 
+/// A dtype name of the Python layer; which dtypes each tensor accepts is core's check.
 fn dtype(field: &str, s: &str) -> PyResult<DType> {
     DType::parse(s).ok_or_else(|| {
-        PyTypeError::new_err(format!(
-            "`{field}`: expected dtype bf16, f16, f32, i32 or i64, got {s}"
+        let known: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+        to_py(Error::invalid(
+            format!("{field} dtype"),
+            format!("a dtype the engine has ({})", known.join(", ")),
+            s,
         ))
     })
 }
@@ -70,7 +80,8 @@ struct Desc(
     usize,
 );
 
-/// Builds the problem from the flat description the Python layer passes.
+/// Builds the problem from the flat description the Python layer passes and validates it
+/// (`Problem::validate`).
 fn problem(op: &str, mode: &str, d: &Desc) -> PyResult<Problem> {
     let Desc(
         dims,
@@ -99,7 +110,8 @@ fn problem(op: &str, mode: &str, d: &Desc) -> PyResult<Problem> {
     let mode = Mode::parse(mode).ok_or_else(|| bad("mode", "prefill or decode", mode))?;
     let (t, n, h, hv, k, v, pool_rows) = *dims;
     let mut p = Problem::new(op, mode, n, t, h, hv, k, v);
-    if scale > 0.0 {
+    // 0 stands for the default 1/sqrt(K); core rejects what is not a finite positive number
+    if scale != 0.0 {
         p.scale = scale;
     }
     p.l2norm = l2norm;
@@ -140,6 +152,28 @@ fn problem(op: &str, mode: &str, d: &Desc) -> PyResult<Problem> {
     p.checkpoint_every = (checkpoint_every > 0).then_some(checkpoint_every);
     p.validate().map_err(to_py)?;
     Ok(p)
+}
+
+/// Validates a problem description (`Problem::validate`) without touching a device: the checks
+/// of `deltarule._spec.build_spec` that are the problem's, not its tensors'.
+#[pyfunction]
+fn validate(op: &str, mode: &str, desc: Desc) -> PyResult<()> {
+    problem(op, mode, &desc).map(|_| ())
+}
+
+/// Validates the contents of `cu_seqlens` (read once per offsets tensor by `deltarule._offsets`).
+#[pyfunction]
+fn validate_cu_seqlens(cu: Vec<i64>, tokens: usize) -> PyResult<()> {
+    deltarule_core::varlen::validate_cu_seqlens(&cu, tokens)
+        .map(|_| ())
+        .map_err(to_py)
+}
+
+/// Validates the contents of `state_indices` against a pool of `rows` rows (read once per index
+/// tensor by `deltarule._offsets`).
+#[pyfunction]
+fn validate_state_indices(idx: Vec<i64>, rows: usize) -> PyResult<()> {
+    deltarule_core::validate_state_indices(&idx, rows).map_err(to_py)
 }
 
 fn engines() -> &'static Mutex<HashMap<usize, Arc<Engine>>> {
@@ -303,9 +337,9 @@ fn run_host<'py>(
     } else {
         Preference::parse(backend).map_err(to_py)?
     };
-    let kinds = match pref {
-        Preference::Auto => BackendKind::ALL.to_vec(),
-        Preference::Backend(b) | Preference::Kernel(b, _) => vec![b],
+    let kinds = match pref.backend() {
+        None => BackendKind::ALL.to_vec(),
+        Some(b) => vec![b],
     };
     let out = py.detach(|| {
         let e = Engine::new(&EngineOptions {
@@ -362,6 +396,9 @@ fn rules_markdown() -> String {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(validate, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_cu_seqlens, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_state_indices, m)?)?;
     m.add_function(wrap_pyfunction!(launch, m)?)?;
     m.add_function(wrap_pyfunction!(workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(select, m)?)?;

@@ -17,7 +17,7 @@ from deltarule._spec import build_spec
 GOLDEN = Path(__file__).resolve().parents[2] / "tests" / "golden" / "shared"
 
 
-def tensors(op="gdn", T=10, H=2, HV=4, K=16, V=8, N=2, pool=None, kv="vk"):
+def tensors(op="gdn", T=10, H=2, HV=4, K=16, V=16, N=2, pool=None, kv="vk"):
     z = lambda *s, dt=np.float16: np.zeros(s, dtype=dt)  # noqa: E731
     S = (K, V) if kv == "kv" else (V, K)
     d = dict(
@@ -38,7 +38,7 @@ def spec(op="gdn", mode="prefill", **kw):
 
 def test_a_good_call_gives_the_spec_the_extension_needs():
     s = spec(**tensors(pool=3), state_layout="vk")
-    assert (s.T, s.N, s.H, s.HV, s.K, s.V, s.pool_rows) == (10, 2, 2, 4, 16, 8, 3)
+    assert (s.T, s.N, s.H, s.HV, s.K, s.V, s.pool_rows) == (10, 2, 2, 4, 16, 16, 3)
     assert s.dtypes == ("f16", "f32", "f32", "f32", "f32", "f32", "i64", "i32")
     assert (s.initial, s.final) == ("pool", "inplace")
     dims, dtypes, *rest = s.native()
@@ -49,16 +49,16 @@ def test_a_good_call_gives_the_spec_the_extension_needs():
     "mutate, needle, exc",
     [
         (lambda d: d.update(k=np.zeros((10, 2, 15), np.float16)), "`k`", ValueError),
-        (lambda d: d.update(v=np.zeros((10, 3, 8), np.float16)), "`v`", ValueError),
-        (lambda d: d.update(q=np.zeros((10, 2, 16), np.float64)), "`q`", TypeError),
-        (lambda d: d.update(v=np.zeros((10, 4, 8), np.float32)), "`v`", TypeError),
+        (lambda d: d.update(v=np.zeros((10, 3, 16), np.float16)), "`v_heads (HV)`", ValueError),
+        (lambda d: d.update(q=np.zeros((10, 2, 16), np.float64)), "`q/k/v dtype`", TypeError),
+        (lambda d: d.update(v=np.zeros((10, 4, 16), np.float32)), "`v dtype`", TypeError),
         (lambda d: d.update(g=np.zeros((10, 4, 16), np.float32)), "`g`", ValueError),
-        (lambda d: d.update(beta=np.zeros((10, 4), np.int32)), "`beta`", TypeError),
-        (lambda d: d.update(cu_seqlens=np.zeros((3,), np.float32)), "`cu_seqlens`", TypeError),
+        (lambda d: d.update(beta=np.zeros((10, 4), np.int32)), "`beta dtype`", TypeError),
+        (lambda d: d.update(cu_seqlens=np.zeros((3,), np.float32)), "`cu_seqlens dtype`", TypeError),
         (lambda d: d.update(o=np.zeros((10, 4, 9), np.float32)), "`o`", ValueError),
         (lambda d: d.update(state_indices=None), "`state_indices`", ValueError),
         (lambda d: d.update(state_pool=np.zeros((3, 4, 16, 8), np.float32)), "`state_pool`", ValueError),
-        (lambda d: d.update(initial_state=np.zeros((2, 4, 8, 16), np.float32)), "`state_pool`", ValueError),
+        (lambda d: d.update(initial_state=np.zeros((2, 4, 16, 16), np.float32)), "`state_pool`", ValueError),
         (lambda d: d.update(q=np.zeros((10, 2, 16), np.float16)[:, :, ::1].T.copy().T), "`q`", ValueError),
     ],
 )
@@ -89,8 +89,9 @@ def test_options_are_checked():
         spec(**d, state_layout="kvk")
     with pytest.raises(ValueError, match="`checkpoints`"):
         spec(**d, checkpoint_every=64)
-    with pytest.raises(ValueError, match="`scale`"):
-        spec(**d, scale=-1.0)
+    for scale in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="`scale`"):
+            spec(**d, scale=scale)
     # a strided (non-contiguous) view is refused
     d = tensors()
     d["q"] = np.zeros((10, 2, 32), np.float16)[:, :, ::2]
@@ -177,8 +178,11 @@ def test_launch_without_cuda_is_a_clear_error():
     with pytest.raises(ValueError, match="backend"):
         _native.launch("gdn", "prefill", "tpu", s.native(), [0] * 13, 0, 0)
     with pytest.raises(ValueError, match="value_dim"):
-        bad = spec(**tensors(pool=3, V=8))  # V = 8 is below the engine's 16
-        _native.launch("gdn", "prefill", "auto", bad.native(), [0] * 13, 0, 0)
+        spec(**tensors(pool=3, V=8))  # V = 8 is below the engine's 16
+    dims, *rest = s.native()
+    with pytest.raises(ValueError, match="value_dim"):  # the launch checks the same rules
+        _native.launch("gdn", "prefill", "auto", (dims[:5] + (8,) + dims[6:], *rest),
+                       [0] * 13, 0, 0)
 
 
 def test_the_spec_cache_returns_the_same_spec_and_still_rejects_bad_calls():

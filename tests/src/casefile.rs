@@ -1,4 +1,4 @@
-//! Case files (`../shared/case-format.md`): one safetensors file holding a complete problem and,
+//! Case files (docs/case-format.md): one safetensors file holding a complete problem and,
 //! optionally, the expected outputs. Read and written exactly; unknown metadata is preserved.
 
 use deltarule_core::problem::{BetaMode, FinalState, Gate, Mode, Op, StateLayout};

@@ -1,11 +1,10 @@
 //! The case table of the conformance suite: named, shape-encoding problems covering every option
-//! of SPEC.md, the chunk edges, odd head dims, zero-length sequences and adversarial gates, plus
+//! of docs/spec.md, the chunk edges, odd head dims, zero-length sequences and adversarial gates, plus
 //! the checks every backend must pass (written once, instantiated per backend).
 
 use crate::casefile::Case;
 use crate::generate::{generate, DataStyle, GateStyle};
 use deltarule_core::problem::{BetaMode, FinalState, Gate, InitialState, Mode, Op, StateLayout};
-use deltarule_core::select::Preference;
 use deltarule_core::{DType, Error, HostTensor, Outputs, Problem, Result};
 use deltarule_engine::Engine;
 
@@ -31,7 +30,7 @@ fn base(op: Op, h: usize, hv: usize, k: usize, v: usize) -> Problem {
     Problem::new(op, Mode::Prefill, 1, 1, h, hv, k, v)
 }
 
-/// The conformance cases. `quick` keeps the set small enough for slow devices (lavapipe).
+/// The conformance cases.
 pub fn conformance_cases() -> Vec<CaseSpec> {
     let mut out = Vec::new();
     let mut add = |name: String, p: Problem, seqlens: Vec<usize>, style: DataStyle| {
@@ -267,14 +266,7 @@ pub fn check_case(
     case: &Case,
     reference: &Outputs,
 ) -> Result<CaseCheck> {
-    let pref = crate::diff::diff_preference(backend)?;
-    let (p, rule) = crate::diff::problem_for(engine, case, pref)?;
-    let be = engine
-        .backend(rule.backend)
-        .ok_or_else(|| Error::Unavailable {
-            backend: rule.backend,
-            reason: "not constructed".into(),
-        })?;
+    let (p, rule, be) = crate::diff::chosen_backend(engine, case, backend)?;
     let out = be.run(rule.kernel, &p, &case.inputs)?;
     let tol = rule.precision.bound();
     let mut errors = Vec::new();
@@ -359,9 +351,4 @@ pub fn check_case(
             fail.join("; "),
         ))
     }
-}
-
-/// The preference of a diff-style backend name (re-exported for tests).
-pub fn preference(name: &str) -> Result<Preference> {
-    crate::diff::diff_preference(name)
 }

@@ -122,6 +122,30 @@ pub fn diff_preference(name: &str) -> Result<Preference> {
     Preference::parse(name)
 }
 
+/// The backend a diff backend name runs on (`cuda:small-bh` -> CUDA); `None` for `auto` and for
+/// names that do not parse.
+pub fn backend_kind(name: &str) -> Option<BackendKind> {
+    diff_preference(name).ok()?.backend()
+}
+
+/// What a diff backend name runs for a case: the problem (see [`problem_for`]), the chosen rule
+/// and the constructed backend behind it.
+pub fn chosen_backend<'e>(
+    engine: &'e Engine,
+    case: &Case,
+    name: &str,
+) -> Result<(Problem, &'static Rule, &'e dyn Backend)> {
+    let pref = diff_preference(name)?;
+    let (p, rule) = problem_for(engine, case, pref)?;
+    let backend = engine
+        .backend(rule.backend)
+        .ok_or_else(|| Error::Unavailable {
+            backend: rule.backend,
+            reason: "not constructed".into(),
+        })?;
+    Ok((p, rule, backend))
+}
+
 /// The backend names `diff` runs by default on a problem of `mode`: every backend available on
 /// this machine (the CPU's f32 chunked path only for prefill, the mode it has a row for).
 pub fn default_backends(engine: &Engine, mode: deltarule_core::Mode) -> Vec<String> {
@@ -254,14 +278,7 @@ pub fn diff_case(
     backend_name: &str,
     reference: &Outputs,
 ) -> Result<Vec<DiffRow>> {
-    let pref = diff_preference(backend_name)?;
-    let (p, rule) = problem_for(engine, case, pref)?;
-    let backend: &dyn Backend = engine
-        .backend(rule.backend)
-        .ok_or_else(|| Error::Unavailable {
-            backend: rule.backend,
-            reason: "not constructed".into(),
-        })?;
+    let (p, rule, backend) = chosen_backend(engine, case, backend_name)?;
     let out = backend.run(rule.kernel, &p, &case.inputs)?;
     let cu: Vec<usize> = case
         .inputs
@@ -367,15 +384,27 @@ pub fn render_table(rows: &[DiffRow]) -> String {
             if r.pass { "pass".into() } else { "FAIL".into() },
         ]);
     }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| cells.iter().map(|row| row[c].len()).max().unwrap_or(0))
+    render_aligned(&cells)
+}
+
+/// Renders rows of cells as left-aligned columns two spaces apart, one line per row.
+pub fn render_aligned(cells: &[Vec<String>]) -> String {
+    let columns = cells.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            cells
+                .iter()
+                .map(|row| row.get(c).map_or(0, String::len))
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for row in cells {
         let line: Vec<String> = row
             .iter()
-            .enumerate()
-            .map(|(c, s)| format!("{:<w$}", s, w = widths[c]))
+            .zip(&widths)
+            .map(|(s, &w)| format!("{s:<w$}"))
             .collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');

@@ -11,9 +11,9 @@ pub mod generate;
 pub mod rng;
 pub mod suite;
 
-/// The folder of the shared golden case files: `DELTARULE_GOLDEN` when set, else
-/// `../shared/golden` next to the checkout, else the copy committed in `tests/golden/shared` (a
-/// test checks the copy against the original where both exist).
+/// The folder of the golden case files: `DELTARULE_GOLDEN` when set, else the originals in a
+/// `shared/golden` folder beside the checkout where one exists, else the copy committed in
+/// `tests/golden/shared` (a test checks the copy against the originals where both exist).
 pub fn golden_dir() -> std::path::PathBuf {
     if let Ok(d) = std::env::var("DELTARULE_GOLDEN") {
         return d.into();

@@ -4,7 +4,7 @@
 
 use crate::casefile::{read_case, Case};
 use crate::cases::{check_case, conformance_cases};
-use crate::diff::{diff_case, diff_preference, problem_for, reference_outputs};
+use crate::diff::{backend_kind, chosen_backend, diff_case, reference_outputs};
 use crate::generate::{generate, DataStyle};
 use deltarule_core::problem::{FinalState, InitialState, Mode, Op, StateLayout};
 use deltarule_core::{
@@ -52,11 +52,7 @@ impl Tally {
 /// Whether the backend behind `name` is present. When it is not, returns the reason; callers skip
 /// (or fail when `require_env` is set to 1).
 pub fn availability(name: &str, require_env: Option<&str>) -> std::result::Result<(), String> {
-    let kind = name
-        .split(':')
-        .next()
-        .and_then(BackendKind::parse)
-        .unwrap_or(BackendKind::Cpu);
+    let kind = backend_kind(name).unwrap_or(BackendKind::Cpu);
     if engine().backend(kind).is_some() {
         return Ok(());
     }
@@ -168,14 +164,7 @@ pub fn generated(name: &str, filter: impl Fn(&str) -> bool) -> Tally {
 
 /// Runs a problem on a backend name (f32 output where the row allows it).
 pub fn run_on(name: &str, case: &Case) -> Result<(Outputs, f64)> {
-    let pref = diff_preference(name)?;
-    let (p, rule) = problem_for(engine(), case, pref)?;
-    let be = engine()
-        .backend(rule.backend)
-        .ok_or_else(|| Error::Unavailable {
-            backend: rule.backend,
-            reason: "not constructed".into(),
-        })?;
+    let (p, rule, be) = chosen_backend(engine(), case, name)?;
     Ok((
         be.run(rule.kernel, &p, &case.inputs)?,
         rule.precision.bound(),

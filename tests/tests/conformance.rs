@@ -1,7 +1,6 @@
-//! The conformance suite, instantiated once per backend (STYLE.md rule 8). A backend that is not
-//! present on this machine is skipped with its reason printed; with its `DELTARULE_REQUIRE_*`
-//! variable set to 1 the skip becomes a failure (CI sets it for wgpu on lavapipe; the H200 run
-//! sets it for CUDA).
+//! The conformance suite, instantiated once per backend. A backend that is not present on this
+//! machine is skipped with its reason printed; with its `DELTARULE_REQUIRE_*` variable set to 1
+//! the skip becomes a failure (CI sets it for wgpu on lavapipe; GPU runs set it for CUDA).
 
 use deltarule_tests::suite;
 

@@ -1,4 +1,4 @@
-//! The chunked algorithm of SPEC.md section 5, split into the two stages the GPU kernels use:
+//! The chunked algorithm of docs/spec.md, split into the two stages the GPU kernels use:
 //!
 //! * [`intra`]: state-independent, chunk-parallel: the cumulative log decays `Γ`, the strictly
 //!   lower matrix `A`, its inverse `T = (I + A)⁻¹` by forward substitution, `W`, `U`, the
@@ -11,8 +11,8 @@
 //! Chunks are at most [`CHUNK`](deltarule_core::problem::CHUNK) tokens, never cross a sequence,
 //! and are cut short at checkpoint positions so that any checkpoint interval works.
 
-use crate::naive::{Pair, PairOut};
 use crate::real::Real;
+use crate::reference::{Pair, PairOut};
 use deltarule_core::Op;
 
 /// The state-independent products of one chunk of `l` tokens.

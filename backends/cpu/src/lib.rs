@@ -1,23 +1,23 @@
 //! # deltarule-cpu
 //!
-//! The CPU backend: the float64 token recurrence (the executable spec, [`naive`]), the chunked
-//! algorithm of SPEC.md section 5 in f32 and f64 with the GPU kernels' stage split ([`chunked`]),
+//! The CPU backend: the float64 token recurrence (the executable spec, [`reference`]), the chunked
+//! algorithm of docs/spec.md in f32 and f64 with the GPU kernels' stage split ([`chunked`]),
 //! and decode (T >= 1 tokens per sequence, pool updated in place). Work is parallel over
-//! (sequence, value head) pairs with rayon. Every option of SPEC.md works on every path.
+//! (sequence, value head) pairs with rayon. Every option of docs/spec.md works on every path.
 
 pub mod chunked;
-pub mod naive;
 pub mod prep;
 pub mod real;
+pub mod reference;
 
 use deltarule_core::{
     validate_inputs, Backend, BackendKind, Capabilities, Error, FinalState, HostTensor, Inputs,
     Kernel, Outputs, Problem, Result, Validated,
 };
-use naive::{Pair, PairOut};
 use prep::{initial_state, Prepared};
 use rayon::prelude::*;
 use real::Real;
+use reference::{Pair, PairOut};
 
 /// The CPU backend. Always available.
 pub struct CpuBackend {
@@ -38,9 +38,12 @@ impl CpuBackend {
     }
 }
 
+/// How a (sequence, value head) pair is computed.
 #[derive(Clone, Copy)]
 enum Algo {
-    Recurrent,
+    /// Token by token ([`reference::recurrence`]).
+    TokenRecurrence,
+    /// Chunk by chunk ([`chunked::chunked`]).
     Chunked,
 }
 
@@ -60,7 +63,7 @@ impl Backend for CpuBackend {
     fn run(&self, kernel: Kernel, p: &Problem, inputs: &Inputs) -> Result<Outputs> {
         let val = validate_inputs(p, inputs)?;
         match kernel {
-            Kernel::Reference => Ok(run_with::<f64>(p, inputs, &val, Algo::Recurrent)),
+            Kernel::Reference => Ok(run_with::<f64>(p, inputs, &val, Algo::TokenRecurrence)),
             Kernel::ChunkedF64 => Ok(run_with::<f64>(p, inputs, &val, Algo::Chunked)),
             Kernel::Chunked => Ok(run_with::<f32>(p, inputs, &val, Algo::Chunked)),
             other => Err(Error::unsupported(
@@ -90,7 +93,7 @@ fn run_with<R: Real>(p: &Problem, inputs: &Inputs, val: &Validated, algo: Algo) 
             };
             let s0 = initial_state::<R>(p, inputs, val, n, hv);
             match algo {
-                Algo::Recurrent => naive::recurrent(&pair, s0),
+                Algo::TokenRecurrence => reference::recurrence(&pair, s0),
                 Algo::Chunked => chunked::chunked(&pair, s0),
             }
         })

@@ -1,5 +1,5 @@
-//! Inputs converted once to the working precision, with the in-kernel transforms of SPEC.md
-//! section 4 applied (L2 norm, gate, beta) in that precision.
+//! Inputs converted once to the working precision, with the in-kernel transforms of docs/spec.md
+//! (q/k L2 norm, gate, beta) applied in that precision.
 
 use crate::real::{l2norm_in_place, sigmoid, softplus, Real};
 use deltarule_core::{BetaMode, Gate, InitialState, Inputs, Op, Problem, Validated};

@@ -1,5 +1,5 @@
-//! The two working precisions of the CPU paths, and the elementwise math of SPEC.md section 4
-//! written once for both.
+//! The two working precisions of the CPU paths, and the elementwise math of the gate and beta
+//! options (docs/spec.md) written once for both.
 
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
 
@@ -28,57 +28,40 @@ pub trait Real:
     fn sqrt(self) -> Self;
 }
 
-impl Real for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    #[inline]
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self
-    }
-    #[inline]
-    fn exp(self) -> Self {
-        f64::exp(self)
-    }
-    #[inline]
-    fn ln_1p(self) -> Self {
-        f64::ln_1p(self)
-    }
-    #[inline]
-    fn sqrt(self) -> Self {
-        f64::sqrt(self)
-    }
+/// Implements [`Real`] for a float type with its own methods.
+macro_rules! impl_real {
+    ($t:ty) => {
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            #[inline]
+            fn from_f64(x: f64) -> Self {
+                x as $t
+            }
+            #[inline]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline]
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            #[inline]
+            fn ln_1p(self) -> Self {
+                <$t>::ln_1p(self)
+            }
+            #[inline]
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+        }
+    };
 }
 
-impl Real for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    #[inline]
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    #[inline]
-    fn exp(self) -> Self {
-        f32::exp(self)
-    }
-    #[inline]
-    fn ln_1p(self) -> Self {
-        f32::ln_1p(self)
-    }
-    #[inline]
-    fn sqrt(self) -> Self {
-        f32::sqrt(self)
-    }
-}
+impl_real!(f64);
+impl_real!(f32);
 
-/// `softplus(x) = x` for `x > 20`, else `log(1 + e^x)` (SPEC.md section 4).
+/// `softplus(x) = x` for `x > 20`, else `log(1 + e^x)` (docs/spec.md).
 #[inline]
 pub fn softplus<R: Real>(x: R) -> R {
     if x > R::from_f64(20.0) {

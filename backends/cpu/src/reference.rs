@@ -1,4 +1,5 @@
-//! The token recurrence of SPEC.md section 3: the executable spec (run in f64 by the reference).
+//! The token recurrence of docs/spec.md, step by step: the executable spec. The `reference`
+//! kernel runs it in f64; the chunked paths share its work item ([`Pair`]) and output ([`PairOut`]).
 
 use crate::prep::Prepared;
 use crate::real::Real;
@@ -46,7 +47,7 @@ pub struct PairOut<R> {
 }
 
 /// Runs the recurrence token by token from state `s` (row-major K x V).
-pub fn recurrent<R: Real>(pair: &Pair<'_, R>, mut s: Vec<R>) -> PairOut<R> {
+pub fn recurrence<R: Real>(pair: &Pair<'_, R>, mut s: Vec<R>) -> PairOut<R> {
     let p = pair.p;
     let (kd, vd) = (p.k, p.v);
     let len = pair.end - pair.start;
