@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""bench/sass_regions.py: summarise an `ncu --page source --print-source sass --csv` export.
+"""Summarises an `ncu --page source --print-source sass --csv` export (bench/ncu.sh --source).
 
-Splits the kernel's SASS at its block barriers (BAR.SYNC / BAR.RED / BAR.ARV) into regions and
-prints, per region, the warp-stall samples (all and not-issued), the instructions executed and the
-opcode mix, then the instructions with the most samples. Usage: sass_regions.py FILE.csv [TOP]
+Splits the kernel's SASS at its block barriers (BAR.SYNC / BAR.RED / BAR.ARV) and exits into
+regions and prints, per region, the warp-stall samples (all and not issued), the instructions
+executed and the opcode mix, then the instructions with the most samples and their top stall
+reasons. A region is the code between two barriers, so its share of the samples says which stage
+of the kernel the warps wait in. Usage: python3 bench/sass_regions.py FILE.csv [TOP]
 """
+import argparse
 import csv
 import re
-import sys
 from collections import Counter
 
 
@@ -19,8 +21,11 @@ def num(s):
 
 
 def main():
-    path = sys.argv[1]
-    top = int(sys.argv[2]) if len(sys.argv) > 2 else 25
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv", help="ncu --page source --print-source sass --csv output")
+    ap.add_argument("top", nargs="?", type=int, default=25, help="instructions listed (25)")
+    args = ap.parse_args()
+    path, top = args.csv, args.top
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     hi = next(i for i, r in enumerate(rows) if "Source" in r and "Address" in r)

@@ -1,12 +1,12 @@
-"""bench/sm_probe.py: how much memory-level parallelism each decode form has, measured on the GPU
-at hand by taking SMs away (session 31, for the H200 that would not come).
+#!/usr/bin/env python3
+"""How much memory-level parallelism each decode form has, measured on the GPU at hand by taking
+SMs away.
 
 Why: the decode anchor (gdn 16/32, 256 sequences x 1 token, f32 state, 1.07 GB read and written)
 is bound by bytes in flight. By Little's law a GPU with 1.45x the bandwidth at the same latency
-(the H200 against the H100) needs 1.45x the bytes in flight per SM. On the H100, a kernel that
-keeps its time on 132 / 1.45 = 91 SMs holds enough bytes per SM to feed an H200 from all 132; one
-that slows there does not. A proxy (it assumes the two memories' latencies equal), not an H200
-number.
+(an H200 against an H100) needs 1.45x the bytes in flight per SM. On the H100, a kernel that keeps
+its time on 132 / 1.45 = 91 SMs holds enough bytes per SM to feed an H200 from all 132; one that
+slows there does not. A proxy (it assumes the two memories' latencies equal), not an H200 number.
 
 How: a spinning kernel (PTX below, loaded through libcuda by ctypes in PyTorch's context) holds K
 SMs, one block an SM with all the opt-in shared memory (no other block fits beside it: the
@@ -14,16 +14,17 @@ driver reserves 1 KB a block), on its own stream; each block writes its %smid (c
 distinct SMs) and spins until a flag is set after the timed calls (or 30 s pass: an error). Then,
 on the SMs left, CUDA events around 10 back-to-back calls, median of 15 rounds after warm-up:
   * the copy floor (`a.mul_(s)` in place over 1.07 GB, as bench/copy_floor.py);
-  * ours through the public wrapper `deltarule.gdn_decode` (pool of 512 rows, every second row
-    named), under each form `DELTARULE_CUDA_MODE` forces, with `DELTARULE_CUDA_SMS` set to the SMs
-    left (the persistent form's grid is 4 blocks an SM);
-  * fla 0.6.0's `fused_recurrent_gated_delta_rule` (dense initial and final state), when importable.
+  * deltarule through the public wrapper `deltarule.gdn_decode` (pool of 512 rows, every second
+    row named), under each form `DELTARULE_CUDA_DECODE_FORM` forces (auto: the rule's pick), with
+    `DELTARULE_CUDA_SMS` set to the SMs left (the persistent form's grid is 4 blocks an SM);
+  * fla's `fused_recurrent_gated_delta_rule` (dense initial and final state), when importable.
 Each (form, K) runs in a child process (the backend reads its environment once). Correctness: each
 child poisons `o` with NaN, runs one call on a fresh pool and prints checksums of `o` and the pool;
 every form and K must agree to the last bit (the forms are bit-equal on the device tests).
 
-Usage (carry .dev/pack for the CUBIN cache, .whl with the deltarule wheel and fla):
-    python3 bench/sm_probe.py [--holds 0 41] [--forms auto lb4 lb5 lb6 pers] [--rounds 2] [--no-fla]
+Needs PyTorch and the deltarule wheel (and fla for its row); sm_90 (the PTX targets it):
+    python3 bench/sm_probe.py [--holds 0 41] [--forms auto block4 block5 block6 persistent]
+                              [--rounds 2] [--no-fla]
 """
 import argparse
 import ctypes
@@ -72,9 +73,8 @@ DONE:
   ret;
 }
 """
-BASE = 37249  # Modes::DEFAULT
-FORMS = {"auto": BASE, "lb4": BASE | 524288, "lb5": BASE | 131072, "lb6": BASE | 65536,
-         "pers": BASE | 262144}
+# the values of DELTARULE_CUDA_DECODE_FORM; auto leaves it unset (the rule `DecodeForm::pick`)
+FORMS = ("auto", "block4", "block5", "block6", "persistent")
 N, HQ, HV, K = 256, 16, 32, 128
 REPS, ROUNDS = 10, 15
 TIMEOUT_NS = 30_000_000_000
@@ -232,7 +232,7 @@ def measure(occ, kind, hold):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--holds", nargs="*", type=int, default=[0, 41])
-    ap.add_argument("--forms", nargs="*", default=list(FORMS))
+    ap.add_argument("--forms", nargs="*", default=list(FORMS), choices=FORMS)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--stop", type=float, default=400, help="no new child after this many s")
@@ -241,6 +241,12 @@ def main():
     if args.child:
         return child(args.child[0], int(args.child[1]))
     kinds = list(args.forms) + ([] if args.no_fla else ["fla"])
+    if not args.no_fla:
+        import importlib.util
+
+        if importlib.util.find_spec("fla") is None:
+            print("fla is not importable: its row is left out")
+            kinds.remove("fla")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     t0 = time.perf_counter()
@@ -250,8 +256,10 @@ def main():
                 if time.perf_counter() - t0 > args.stop:
                     break
                 env = dict(os.environ)
+                env.pop("DELTARULE_CUDA_DECODE_FORM", None)
                 if kind in FORMS:
-                    env["DELTARULE_CUDA_MODE"] = str(FORMS[kind])
+                    if kind != "auto":
+                        env["DELTARULE_CUDA_DECODE_FORM"] = kind
                     env["DELTARULE_CUDA_SMS"] = str(sms - hold)
                 p = subprocess.run([sys.executable, __file__, "--child", kind, str(hold)], env=env,
                                    capture_output=True, text=True, timeout=240)
@@ -263,8 +271,9 @@ def main():
                 rows.append(json.loads(line[-1]))
                 print(line[-1], flush=True)
     sums = {(x["o_sum"], x["pool_sum"]) for x in rows if "o_sum" in x}
-    print(f"checksums: {len(sums)} distinct over {sum('o_sum' in x for x in rows)} runs of ours "
-          f"({'bit-equal' if len(sums) == 1 else 'DIFFER: ' + str(sorted(sums))})")
+    if sums:
+        print(f"checksums: {len(sums)} distinct over {sum('o_sum' in x for x in rows)} runs of "
+              f"deltarule ({'bit-equal' if len(sums) == 1 else 'DIFFER: ' + str(sorted(sums))})")
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
     print(f"SMs held | kind | ms (median of rounds) | copy ms same runs | x copy | x own time at "
           f"hold {args.holds[0]}")
@@ -278,4 +287,5 @@ def main():
                   f"{ms / base[kind]:.3f}")
 
 
-main()
+if __name__ == "__main__":
+    main()
