@@ -4,8 +4,7 @@
 // * bf16/f16 conversions with bit operations and inline PTX;
 // * loads/stores of any float dtype selected at run time (g, beta, states, outputs);
 // * the kernel parameter block `Params` (mirrors `launch::Params`, #[repr(C)]);
-// * gate, beta and exp helpers of SPEC.md section 4 (f32);
-// * `mma.sync.m16n8k16` (bf16 or f16 operands, f32 accumulators) and a warp-tiled product helper.
+// * gate, beta and exp helpers of docs/spec.md section 4 (f32).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -63,57 +62,20 @@ struct Params {
     int gate, beta_mode, l2norm, layout, initial, final_mode, ck_every, has_a_log;
     int ov_tau, ov_free;       // overlapped pair: items taken before ov_free SMs are freed
     int ov_trace;              // overlapped pair: print a timeline (diagnosis)
-    int mode;                  // variant bits (MODE_* below)
+    int mode;                  // runtime flags (FLAG_* below)
 };
-// Params::mode. MODE_INTRA_PAIR: the small-bh T-form intra kernel runs a chunk for every value
-// head of a GVA group in turn (grid (rows, HV / group)), loading q and k once. The fused T-form:
-// MODE_FT_PERSIST persistent CTAs (grid given by the host) walking the items in order,
-// MODE_FT_PF_QKV / MODE_FT_PF_H0 which then prefetch to L2 the next item's first q, k, v rows /
-// its initial state; MODE_FT_NO_PF / MODE_FT_NO_H0PF without the prefetches of the chunk's V rows
-// and the next chunk's q, k, v / of the item's own initial state. (Bit 2 was the fused T-form's
-// pairing, measured slower and removed.)
-#define MODE_INTRA_PAIR 1
-#define MODE_FT_PERSIST 4
-#define MODE_FT_PF_QKV 8
-#define MODE_FT_PF_H0 16
-#define MODE_FT_NO_PF 32
-#define MODE_FT_NO_H0PF 64
-// MODE_PDL: the small-bh T-form pair without the overlap launches its state pass as a
+// Params::mode: the small-bh T-form pair's runtime flags (the host sets all three by default).
+// FLAG_GROUP_HEADS: the T-form intra kernel runs a chunk for every value head of a GVA group in
+// turn (grid (rows, HV / group)), loading q and k once.
+#define FLAG_GROUP_HEADS 1
+// FLAG_DEPENDENT_LAUNCH: the T-form pair without the overlap launches its state pass as a
 // programmatic dependent of the intra kernel (which triggers at its start), so the state CTAs'
 // prologue runs in the intra kernel's tail; their fetch thread waits for the intra grid
 // (griddepcontrol.wait) before the first workspace read.
-#define MODE_PDL 128
-// MODE_INTRA_DEFER (with MODE_INTRA_PAIR): a head's wait for its bulk copies' shared-memory reads
-// moves into the next head's step 2 (after its products), off the critical path.
-#define MODE_INTRA_DEFER 256
-// MODE_STATE_PF: the T-form state pass without the overlap prefetches a later CTA's first inputs
-// to L2 (smallbh_state_wgt, wgt_prefetch_next).
-#define MODE_STATE_PF 512
-// MODE_STATE_REV: the T-form state pass without the overlap takes the sequences last first.
-#define MODE_STATE_REV 1024
-// MODE_INTRA_ST: the small-bh T-form intra kernel without the overlap stores T_w, T_u and the
-// factors to the workspace from the threads (coalesced rows) instead of bulk copies from shared
-// memory (P keeps its bulk copy).
-#define MODE_INTRA_ST 2048
-// MODE_FT_PIPE (host only): the fused T-form's entry point `{op}_prefill_fusedtq`, which loads
-// its first state tile during the intra stage (prefill.cuh, fused_t_item's PIPE).
-#define MODE_FT_PIPE 4096
-// MODE_STATE_H0PF: the T-form state pass without the overlap prefetches the initial state of a
-// later CTA to L2 (smallbh_state_wgt, wgt_prefetch_h0_next).
-#define MODE_STATE_H0PF 8192
-// MODE_FT_QUAD (host only): the fused T-form with early loads and its state products in 32 x 32
-// warp quadrants (`{op}_prefill_fusedtr`).
-#define MODE_FT_QUAD 32768
-// MODE_DEC_LB6, MODE_DEC_LB5 (host only): the token recurrence's entry point with 64 registers
-// and 6 blocks an SM (`{op}_decode_recurrent6`), or 80 and 5 (`recurrent5`), instead of 96 and 4.
-#define MODE_DEC_LB6 65536
-#define MODE_DEC_LB5 131072
-// MODE_DEC_PERSIST (host only): the token recurrence on a persistent grid, 4 blocks an SM, the
-// next item's state tile in flight into shared memory (`{op}_decode_persistent`, decode.cuh).
-#define MODE_DEC_PERSIST 262144
-// MODE_DEC_LB4 (host only): the 4-block entry point whatever the tokens per sequence (without a
-// MODE_DEC_* bit the host picks the form by tokens per sequence, lib.rs `DecodeForm::pick`).
-#define MODE_DEC_LB4 524288
+#define FLAG_DEPENDENT_LAUNCH 128
+// FLAG_DEFERRED_WAIT (with FLAG_GROUP_HEADS): a head's wait for its bulk copies' shared-memory
+// reads moves into the next head's step 2 (after its products), off the critical path.
+#define FLAG_DEFERRED_WAIT 256
 // intra_chunk's `pair` bits (see there)
 #define PAIR_REUSE 1
 #define PAIR_NEXT 2
@@ -285,7 +247,7 @@ __device__ __forceinline__ float softplusf_(float x) {
     return flog2(1.0f + fexp(x)) * 0.6931471805599453f;
 }
 
-// The log decay of one gate element (SPEC.md section 4): x is the raw gate, `bias` its dt_bias
+// The log decay of one gate element (docs/spec.md section 4): x is the raw gate, `bias` its dt_bias
 // (0 when absent), `a` = exp(A_log[hv]) (1 when absent). No memory access.
 __device__ __forceinline__ float gate_apply(const Params& p, float x, float bias, float a) {
     if (p.gate == GATE_LOG) return x;

@@ -1,4 +1,4 @@
-// decode.cuh: token-sequential recurrence (SPEC.md section 3) for decode, T >= 1 tokens per
+// decode.cuh: token-sequential recurrence (docs/spec.md section 3) for decode, T >= 1 tokens per
 // sequence (plain decode and speculative verify), shared by gdn_decode.cu and kda_decode.cu.
 //
 // Compile-time constants: HEAD_K, HEAD_V in {32, 64, 128}. Everything else is in `Params`.
@@ -16,9 +16,9 @@
 //     vk ([.., V, K], K contiguous): column u / (K / 4), rows 4 * (u % (K / 4)) .. + 3;
 //         the tile is one contiguous block and a warp access covers 512 contiguous bytes.
 //   A state thread issues all NU loads first and holds nothing else meanwhile; at most 96
-//   registers, 4 blocks (16 state warps, 64 KB of f32 state in flight) an SM: sessions 25-26
-//   measured 4, 5 and 6 blocks (the entry points in gdn_decode.cu) and 4 was fastest, the 64
-//   registers of 6 spill (kv: the checkpoint branch; kda most).
+//   registers, 4 blocks (16 state warps, 64 KB of f32 state in flight) an SM, the fastest for one
+//   token a sequence (the entry points in gdn_decode.cu: 4, 5 and 6 blocks an SM; the 64 registers
+//   of 6 spill, kv: the checkpoint branch, kda most).
 // * The token warp computes each token's inputs (k and q L2-normalised, k . q, the decay factors,
 //   the v tile, beta) into a double-buffered shared block, with all its loads in flight before the
 //   first conversion: the first token while the state loads are in flight, token t + 1 while the
@@ -311,10 +311,10 @@ __device__ __forceinline__ void token_step(const Params& p, DecodeSmem& sm, int 
         sm.red[0][warp][4 * cg + (lane >> 3)] = a[0];
         sm.red[1][warp][4 * cg + (lane >> 3)] = c[0];
         // A block barrier (the token warp meets it between issuing token t + 1's loads and
-        // storing them, recurrent_layout); buffer b stays valid until the end of the token.
-        // Until session 26 a named barrier of the state warps alone, against which
-        // compute-sanitizer's racecheck flagged the token warp's stores and these reads,
-        // although the block barrier at the end of each token separates them (bench/NOTES.md).
+        // storing them, decode_block_layout); buffer b stays valid until the end of the token.
+        // (A named barrier of the state warps alone here makes compute-sanitizer's racecheck flag
+        // the token warp's stores and these reads, although the block barrier at the end of each
+        // token separates them.)
         __syncthreads();
         float4 kv = *(const float4*)&sm.red[0][0][4 * cg];
 #pragma unroll
@@ -379,7 +379,7 @@ __device__ __forceinline__ void token_step(const Params& p, DecodeSmem& sm, int 
 }
 
 template <bool KDA, int L>
-__device__ __forceinline__ void recurrent_layout(const Params& p, DecodeSmem& sm) {
+__device__ __forceinline__ void decode_block_layout(const Params& p, DecodeSmem& sm) {
     const int tid = threadIdx.x;
     const bool state_warp = tid < DTH; // warp-uniform: warp DW is the token warp
     // 1-D grid over the items, V tile fastest, then value head, then sequence (a 3-D grid would
@@ -440,13 +440,13 @@ __device__ __forceinline__ void recurrent_layout(const Params& p, DecodeSmem& sm
 }
 
 template <bool KDA>
-__device__ __forceinline__ void recurrent(const Params& p) {
+__device__ __forceinline__ void decode_block(const Params& p) {
     __shared__ __align__(16) DecodeSmem sm;
-    if (p.layout == LAYOUT_KV) recurrent_layout<KDA, LAYOUT_KV>(p, sm);
-    else recurrent_layout<KDA, LAYOUT_VK>(p, sm);
+    if (p.layout == LAYOUT_KV) decode_block_layout<KDA, LAYOUT_KV>(p, sm);
+    else decode_block_layout<KDA, LAYOUT_VK>(p, sm);
 }
 
-// ------------------------------------------- the persistent form (MODE_DEC_PERSIST)
+// ------------------------------------------------------------------- the persistent form
 // `{op}_decode_persistent`: as many blocks as are resident at once (the host: 4 an SM), block b
 // taking the items b, b + G, b + 2G, .. (G = gridDim.x) in the order above.
 // While an item's tokens run, the next item's state tile is already on its way into shared memory
@@ -507,7 +507,7 @@ __device__ __forceinline__ i64 item_rin(const Params& p, i64 it, i64 items) {
 }
 // Item `it`'s pool index into `slot` by cp.async (pools only; nothing past the last item): a
 // row loaded into a register would stall the state warps at its first use (the compiler moves
-// such a row into a uniform register at once, ptxas's R2UR right behind the load, session 28).
+// such a row into a uniform register at once, ptxas's R2UR right behind the load).
 __device__ __forceinline__ void row_copy(const Params& p, i64 it, i64 items, u64* slot) {
     if (it >= items || p.state_in == nullptr || p.initial != INIT_POOL) return;
     int v0, hv, n;
@@ -579,7 +579,7 @@ __device__ __forceinline__ void state_read(int dt, const char* stage, int tid, f
 }
 
 template <bool KDA, int L>
-__device__ __forceinline__ void persistent_layout(const Params& p, PersistSmem& sm, char (&ring)[2][PSTAGE]) {
+__device__ __forceinline__ void decode_persistent_layout(const Params& p, PersistSmem& sm, char (&ring)[2][PSTAGE]) {
     const int tid = threadIdx.x, lane = tid & 31;
     const i64 items = (i64)(VD / DVT) * p.HV * p.N, G = gridDim.x, it0 = blockIdx.x;
     if (it0 >= items) return; // (the host sizes the grid to at most the items)
@@ -679,9 +679,9 @@ __device__ __forceinline__ void persistent_layout(const Params& p, PersistSmem& 
 }
 
 template <bool KDA>
-__device__ __forceinline__ void persistent(const Params& p) {
+__device__ __forceinline__ void decode_persistent(const Params& p) {
     __shared__ __align__(16) PersistSmem sm;
     __shared__ __align__(16) char ring[2][PSTAGE];
-    if (p.layout == LAYOUT_KV) persistent_layout<KDA, LAYOUT_KV>(p, sm, ring);
-    else persistent_layout<KDA, LAYOUT_VK>(p, sm, ring);
+    if (p.layout == LAYOUT_KV) decode_persistent_layout<KDA, LAYOUT_KV>(p, sm, ring);
+    else decode_persistent_layout<KDA, LAYOUT_VK>(p, sm, ring);
 }

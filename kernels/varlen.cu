@@ -1,5 +1,5 @@
-// varlen.cu: variable-length metadata built on the device (SPEC.md section 7), so a launch needs
-// no host synchronisation and can be captured in a CUDA graph.
+// varlen.cu: variable-length metadata built on the device (docs/spec.md section 7), so a
+// launch needs no host synchronisation and can be captured in a CUDA graph.
 //
 // varlen_build_tables: grid (1), 1024 threads. From cu_seqlens [N + 1] (i32/i64) writes
 //   chunk_table   [table_rows, 2]: (sequence, chunk) rows in sequence order, then (-1, -1) rows up to

@@ -1,6 +1,6 @@
 //! The CUDA C++ kernel registry (`kernels/`), NVRTC compilation to CUBIN and the module cache.
 //!
-//! Every module is one source string: `common.cuh`, the stage header and the op's entry file,
+//! Every module is one source string: `common.cuh`, the stage headers and the op's entry file,
 //! joined with `#line` markers so that NVRTC reports errors against the right file and line.
 //! Modules are specialised by `-D` defines (head dims, tensor-core operand type) and compiled
 //! lazily for the device's architecture (`sm_90a` on Hopper); compiled CUBINs are cached in memory
@@ -19,6 +19,33 @@ pub enum Module {
     Varlen,
 }
 
+/// The files of a prefill module in include order (kernels/prefill_layout.cuh describes each),
+/// with the op's own headers after `prefill_fused.cuh` (gdn: the fused T-form) and its entry file
+/// last, handed to `joined!` (the source) or `list!` (the names).
+macro_rules! prefill_files {
+    ($m:ident!($($own:literal),*; $entry:literal)) => {
+        $m!(
+            "common.cuh",
+            "prefill_layout.cuh",
+            "mma.cuh",
+            "prefill_intra.cuh",
+            "prefill_fused.cuh",
+            $($own,)*
+            "prefill_smallbh.cuh",
+            "prefill_state.cuh",
+            "prefill_state_wgmma.cuh",
+            "prefill_sizes.cuh",
+            $entry
+        )
+    };
+}
+
+macro_rules! list {
+    ($($f:literal),+) => {
+        &[$($f),+]
+    };
+}
+
 macro_rules! joined {
     ($($f:literal),+) => {
         concat!($("#line 1 \"", $f, "\"\n", include_str!(concat!("../../../kernels/", $f)), "\n"),+)
@@ -28,7 +55,15 @@ macro_rules! joined {
 /// Every file of `kernels/` (a test checks this list against the folder).
 pub const KERNEL_FILES: &[&str] = &[
     "common.cuh",
-    "prefill.cuh",
+    "prefill_layout.cuh",
+    "mma.cuh",
+    "prefill_intra.cuh",
+    "prefill_fused.cuh",
+    "prefill_fused_tform.cuh",
+    "prefill_smallbh.cuh",
+    "prefill_state.cuh",
+    "prefill_state_wgmma.cuh",
+    "prefill_sizes.cuh",
     "decode.cuh",
     "gdn_prefill.cu",
     "kda_prefill.cu",
@@ -60,8 +95,10 @@ impl Module {
     /// The files joined into this module's source, in order.
     pub fn files(self) -> &'static [&'static str] {
         match self {
-            Module::GdnPrefill => &["common.cuh", "prefill.cuh", "gdn_prefill.cu"],
-            Module::KdaPrefill => &["common.cuh", "prefill.cuh", "kda_prefill.cu"],
+            Module::GdnPrefill => {
+                prefill_files!(list!("prefill_fused_tform.cuh"; "gdn_prefill.cu"))
+            }
+            Module::KdaPrefill => prefill_files!(list!(; "kda_prefill.cu")),
             Module::GdnDecode => &["common.cuh", "decode.cuh", "gdn_decode.cu"],
             Module::KdaDecode => &["common.cuh", "decode.cuh", "kda_decode.cu"],
             Module::Varlen => &["common.cuh", "varlen.cu"],
@@ -71,8 +108,10 @@ impl Module {
     /// The source string compiled by NVRTC.
     pub fn source(self) -> &'static str {
         match self {
-            Module::GdnPrefill => joined!("common.cuh", "prefill.cuh", "gdn_prefill.cu"),
-            Module::KdaPrefill => joined!("common.cuh", "prefill.cuh", "kda_prefill.cu"),
+            Module::GdnPrefill => {
+                prefill_files!(joined!("prefill_fused_tform.cuh"; "gdn_prefill.cu"))
+            }
+            Module::KdaPrefill => prefill_files!(joined!(; "kda_prefill.cu")),
             Module::GdnDecode => joined!("common.cuh", "decode.cuh", "gdn_decode.cu"),
             Module::KdaDecode => joined!("common.cuh", "decode.cuh", "kda_decode.cu"),
             Module::Varlen => joined!("common.cuh", "varlen.cu"),
@@ -84,37 +123,34 @@ impl Module {
         match self {
             Module::GdnPrefill => &[
                 "gdn_prefill_fused",
-                "gdn_prefill_fusedt",
-                "gdn_prefill_fusedtp",
-                "gdn_prefill_fusedtq",
-                "gdn_prefill_fusedtr",
+                "gdn_prefill_fused_tform",
                 "gdn_prefill_intra",
-                "gdn_prefill_state",
+                "gdn_prefill_state32",
                 "gdn_prefill_state16",
                 "gdn_prefill_state64",
-                "gdn_prefill_statewg",
-                "gdn_prefill_intrat",
-                "gdn_prefill_intratov",
-                "gdn_prefill_statewgt",
+                "gdn_prefill_state_wgmma",
+                "gdn_prefill_intra_tform",
+                "gdn_prefill_intra_tform_overlap",
+                "gdn_prefill_state_tform_wgmma",
             ],
             Module::KdaPrefill => &[
                 "kda_prefill_fused",
                 "kda_prefill_intra",
-                "kda_prefill_state",
+                "kda_prefill_state32",
                 "kda_prefill_state16",
                 "kda_prefill_state64",
-                "kda_prefill_statewg",
+                "kda_prefill_state_wgmma",
             ],
             Module::GdnDecode => &[
-                "gdn_decode_recurrent",
-                "gdn_decode_recurrent6",
-                "gdn_decode_recurrent5",
+                "gdn_decode_block4",
+                "gdn_decode_block5",
+                "gdn_decode_block6",
                 "gdn_decode_persistent",
             ],
             Module::KdaDecode => &[
-                "kda_decode_recurrent",
-                "kda_decode_recurrent6",
-                "kda_decode_recurrent5",
+                "kda_decode_block4",
+                "kda_decode_block5",
+                "kda_decode_block6",
                 "kda_decode_persistent",
             ],
             Module::Varlen => &["varlen_build_tables"],
@@ -198,15 +234,6 @@ pub fn compile_options(module: Module, arch: &str, defines: &Defines) -> Vec<Str
         "-lineinfo".to_string(),
     ];
     o.extend(defines.options(module));
-    // Diagnosis only: `DELTARULE_CUDA_PROBE=<bits>` compiles the prefill kernels with parts left
-    // out (kernels/prefill.cuh, `PROBE`) so a bench run can place their time; results are wrong.
-    if let Some(bits) = std::env::var("DELTARULE_CUDA_PROBE")
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .filter(|b| *b != 0 && module.needs_dims())
-    {
-        o.push(format!("-DPROBE={bits}"));
-    }
     o
 }
 

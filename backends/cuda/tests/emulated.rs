@@ -16,7 +16,9 @@ use deltarule_core::{
     Outputs, Precision, Problem, StateLayout,
 };
 use deltarule_cuda::kernels::Module;
-use deltarule_cuda::{launch, needs_tables, recurrent_launch, DevicePtrs, Modes, WorkspaceLayout};
+use deltarule_cuda::{
+    launch, needs_tables, recurrent_launch, DecodeForm, DevicePtrs, Flags, WorkspaceLayout,
+};
 use deltarule_tests::{casefile::Case, diff, generate};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -147,10 +149,10 @@ impl Buffers {
     }
 }
 
-/// Runs the recurrence of `case` in the emulator under `modes`, with `sms` multiprocessors for
-/// the persistent grid and fiber-order `seed`, the way `CudaBackend::launch` runs it (outputs
+/// Runs the recurrence of `case` in the emulator in the decode `form`, with `sms` multiprocessors
+/// for the persistent grid and fiber-order `seed`, the way `CudaBackend::launch` runs it (outputs
 /// poisoned with NaN bytes, the pool updated in place).
-fn run(exe: &Path, case: &Case, modes: Modes, sms: usize, seed: u32) -> Outputs {
+fn run(exe: &Path, case: &Case, form: DecodeForm, sms: usize, seed: u32) -> Outputs {
     let p = &case.problem;
     let inp = &case.inputs;
     let mut b = Buffers::default();
@@ -189,7 +191,7 @@ fn run(exe: &Path, case: &Case, modes: Modes, sms: usize, seed: u32) -> Outputs 
         t.checkpoints = b.add(vec![0xff; total_ck * state_bytes]);
     }
     let mut prm = launch::params(p, &t);
-    prm.mode = modes.0;
+    prm.mode = Flags::PRODUCTION.bits();
     let layout = WorkspaceLayout::new(Kernel::Recurrent, p, 0);
     let ws = b.add(vec![0xff; layout.total]);
     prm.chunk_table = ws + layout.chunk_table as u64;
@@ -200,7 +202,8 @@ fn run(exe: &Path, case: &Case, modes: Modes, sms: usize, seed: u32) -> Outputs 
     if needs_tables(Kernel::Recurrent, p) {
         launches.push(("varlen_build_tables".to_string(), 1u32, 1024u32));
     }
-    launches.push(recurrent_launch(p, modes, sms));
+    let main = recurrent_launch(p, form, sms);
+    launches.push((main.entry.to_string(), main.grid.0, main.threads));
 
     let mut file = Vec::new();
     file.extend_from_slice(b"DRE1");
@@ -235,7 +238,7 @@ fn run(exe: &Path, case: &Case, modes: Modes, sms: usize, seed: u32) -> Outputs 
         "{}_{}_{}",
         std::process::id(),
         fnv(&case.name),
-        fnv(&format!("{modes:?}{sms}{seed}"))
+        fnv(&format!("{form:?}{sms}{seed}"))
     );
     let (fin, fout) = (
         dir.join(format!("{tag}.in")),
@@ -250,7 +253,7 @@ fn run(exe: &Path, case: &Case, modes: Modes, sms: usize, seed: u32) -> Outputs 
     let _ = std::fs::remove_file(&fin);
     assert!(
         out.status.success(),
-        "{} under {modes:?} (sms {sms}, seed {seed}): the emulator stopped ({:?}):\n{}",
+        "{} in {form:?} (sms {sms}, seed {seed}): the emulator stopped ({:?}):\n{}",
         case.name,
         out.status,
         String::from_utf8_lossy(&out.stderr)
@@ -381,8 +384,8 @@ fn emulate(case: impl Fn() -> Case) {
     };
     let exe = emulator(&cxx, module, p.k, p.v);
     let want = diff::reference_outputs(&case).expect("the float64 reference");
-    let block = Modes(Modes::DEFAULT.0 | Modes::DEC_LB4);
-    let persist = Modes(Modes::DEFAULT.0 | Modes::DEC_PERSIST);
+    let block = DecodeForm::Block4;
+    let persist = DecodeForm::Persistent;
     let a = run(&exe, &case, block, 5, 1);
     let errors = check(&case, &a, &want);
     for (sms, seed) in [(5, 2), (2, 3)] {

@@ -43,6 +43,16 @@ fn registry_matches_the_kernels_folder() {
     assert_eq!(used, listed, "a kernel file is not part of any module");
 }
 
+/// Every kernel source stays readable in one sitting: under 1,000 lines.
+#[test]
+fn kernel_files_stay_under_1000_lines() {
+    for f in KERNEL_FILES {
+        let text = std::fs::read_to_string(kernels_dir().join(f)).expect("readable");
+        let lines = text.lines().count();
+        assert!(lines < 1000, "kernels/{f} has {lines} lines");
+    }
+}
+
 #[test]
 fn construction_without_a_driver_is_unavailable() {
     if deltarule_cuda::device::driver_present() {
@@ -206,8 +216,7 @@ fn precompile_cache_for_hopper() {
             },
         ));
     }
-    // `DELTARULE_PRECOMPILE_ONLY=gdn_prefill:128:128` (module:K:V): that build only (the probe
-    // builds of a bench script, `DELTARULE_CUDA_PROBE` set)
+    // `DELTARULE_PRECOMPILE_ONLY=gdn_prefill:128:128` (module:K:V): that build only
     if let Ok(only) = std::env::var("DELTARULE_PRECOMPILE_ONLY") {
         jobs.retain(|(m, d)| {
             format!("{}:{}:{}", m.name(), d.head_k, d.head_v) == only && !d.mma_f16

@@ -2,8 +2,9 @@
 mutation below to kernels/decode.cuh in turn (one small protocol or indexing error each, of the
 persistent form or of the block-per-item kernel), runs `cargo test -p deltarule-cuda --test emulated`, prints how it failed,
 and restores the file (also on Ctrl-C). Every mutation must make the tests fail; the script exits
-1 if one does not. About 40 s a mutation on 2 cores.
-Usage (repository root): python3 backends/cuda/tests/emu/mutations.py [NAME ...]"""
+1 if one does not. About 40 s a mutation on 2 cores. `--check` only checks that each mutation's
+text is in the kernel exactly once (no build, no test run).
+Usage (repository root): python3 backends/cuda/tests/emu/mutations.py [--check] [NAME ...]"""
 import subprocess
 import sys
 
@@ -42,13 +43,18 @@ MUTATIONS = {
 
 PATH = "kernels/decode.cuh"
 orig = open(PATH).read()
-names = sys.argv[1:] or list(MUTATIONS)
+check_only = "--check" in sys.argv[1:]
+names = [a for a in sys.argv[1:] if a != "--check"] or list(MUTATIONS)
+missing = [n for n in names if orig.count(MUTATIONS[n][0]) != 1]
+if missing:
+    sys.exit(f"the text to mutate is not in {PATH} exactly once: {', '.join(missing)}; update this script")
+if check_only:
+    print(f"all {len(names)} mutation texts found once in {PATH}")
+    sys.exit(0)
 survived = []
 try:
     for name in names:
         old, new = MUTATIONS[name]
-        if orig.count(old) != 1:
-            sys.exit(f"{name}: the text to mutate is not in {PATH} exactly once; update this script")
         with open(PATH, "w") as f:
             f.write(orig.replace(old, new))
         r = subprocess.run(
