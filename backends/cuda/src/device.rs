@@ -1,7 +1,8 @@
-//! Context, stream, device buffers and module loading: the only code that calls the driver
-//! besides the launches in `launch.rs`.
+//! Device buffers and module loading: with the launches of `dispatch.rs`, the copies of
+//! `host.rs` and the tensor maps of `tmap.rs`, the only code that calls the driver.
 
 use crate::kernels::{cubin_cached, Defines, Module};
+use crate::plan::PrefillSizes;
 use cudarc::driver::{result, sys, CudaContext};
 use deltarule_core::{BackendKind, Error, Result};
 use std::collections::HashMap;
@@ -60,13 +61,9 @@ impl Drop for DeviceBuffer {
 pub struct Loaded {
     module: sys::CUmodule,
     funcs: Vec<(&'static str, sys::CUfunction)>,
-    /// Prefill modules: [fused shared bytes, small-bh state shared bytes, workspace block bytes
-    /// per (chunk, value head), small-bh intra shared bytes, small-bh state threads, the shared
-    /// bytes and threads of the 16-column state variant, of the 64-column one (0 when the
-    /// module has none: V < 64), and of the wgmma one (0 when not compiled: not sm_90a, K not 64
-    /// or 128, or V < 64), then of the T-form wgmma one (gdn only; 0 otherwise), then the shared
-    /// bytes of the fused T-form kernel (gdn with K, V >= 64; 0 otherwise)].
-    pub sizes: [i32; 14],
+    /// Prefill modules: the shared bytes and threads of each entry point and the workspace
+    /// block bytes (all 0 for the other modules).
+    pub sizes: PrefillSizes,
 }
 
 // SAFETY: module and function handles are plain driver handles, valid in any thread that binds
@@ -92,8 +89,8 @@ impl Drop for Loaded {
     }
 }
 
-/// Compiles (or reads from the cache folder) and loads one module build, raising the dynamic
-/// shared-memory limit of its kernels to `max_smem`.
+/// Compiles (or reads from the cache folder) and loads one module build, raising its kernels'
+/// dynamic shared-memory limit to the most any of them takes (an error above `max_smem`).
 pub fn load(
     ctx: &Arc<CudaContext>,
     module: Module,
@@ -110,7 +107,7 @@ pub fn load(
     let mut loaded = Loaded {
         module: m,
         funcs: Vec::new(),
-        sizes: [0; 14],
+        sizes: PrefillSizes::default(),
     };
     if let Some(sym) = module.sizes_symbol() {
         let c = CString::new(sym).map_err(|e| drv("symbol name", e))?;
@@ -124,16 +121,9 @@ pub fn load(
         // SAFETY: copies the 56 bytes of the symbol into `sizes` (load time only, not per call).
         unsafe { result::memcpy_dtoh_sync(&mut sizes[..], ptr) }
             .map_err(|e| drv("read size table", e))?;
-        loaded.sizes = sizes;
+        loaded.sizes = PrefillSizes::from_table(sizes);
     }
-    let dynamic = loaded.sizes[0]
-        .max(loaded.sizes[1])
-        .max(loaded.sizes[3])
-        .max(loaded.sizes[5])
-        .max(loaded.sizes[7])
-        .max(loaded.sizes[9])
-        .max(loaded.sizes[11])
-        .max(loaded.sizes[13]);
+    let dynamic = i32::try_from(loaded.sizes.largest_smem()).unwrap_or(i32::MAX);
     if dynamic > max_smem {
         return Err(Error::unsupported(
             BackendKind::Cuda,
@@ -142,21 +132,8 @@ pub fn load(
         ));
     }
     for &name in module.entry_points() {
-        if name.ends_with("_state64") && loaded.sizes[8] == 0 {
-            continue; // (V < 64: the module has no 64-column state pass)
-        }
-        if name.ends_with("_statewg") && loaded.sizes[9] == 0 {
-            continue; // (not compiled for this arch or these head dims)
-        }
-        let fused_t = ["_fusedt", "_fusedtp", "_fusedtq", "_fusedtr"]
-            .iter()
-            .any(|s| name.ends_with(s));
-        if fused_t && loaded.sizes[13] == 0 {
-            continue; // (the fused T-form: gdn with K, V >= 64)
-        }
-        let t_form = ["_statewgt", "_intrat", "_intratov"];
-        if t_form.iter().any(|s| name.ends_with(s)) && loaded.sizes[11] == 0 {
-            continue; // (the T-form: gdn, where the wgmma pass is compiled)
+        if !loaded.sizes.has_entry(name) {
+            continue; // (not compiled for this arch, these head dims or this op)
         }
         let c = CString::new(name).map_err(|e| drv("kernel name", e))?;
         // SAFETY: `m` is the module loaded above.

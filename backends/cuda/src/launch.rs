@@ -4,7 +4,7 @@
 //! # Contract of [`CudaBackend::launch`](crate::CudaBackend::launch)
 //!
 //! * Every tensor is contiguous, row-major, in the shapes and dtypes of `deltarule_core::Problem`
-//!   (SPEC.md section 2), allocated in the device's primary context (PyTorch's allocations are) and
+//!   (docs/spec.md), allocated in the device's primary context (PyTorch's allocations are) and
 //!   at least 16-byte aligned (every allocator's default). Tensors of 16-bit states must hold a
 //!   multiple of 4 elements per row (always true for the head dims accepted).
 //! * Pointers that may be 0: `a_log` (no A_log, or gate = log), `dt_bias` (gate = log),
@@ -78,9 +78,20 @@ pub struct Params {
     pub ov_tau: i32,
     pub ov_free: i32,
     pub ov_trace: i32,
-    /// Variant bits (`MODE_*` in kernels/common.cuh; [`crate::Modes`]).
+    /// Runtime flags ([`FLAG_GROUP_HEADS`], [`FLAG_DEPENDENT_LAUNCH`], [`FLAG_DEFERRED_WAIT`];
+    /// [`crate::Flags`]).
     pub mode: i32,
 }
+
+/// `Params::mode` bit (`FLAG_GROUP_HEADS` in kernels/common.cuh): the small-bh T-form intra CTA
+/// runs every value head of a GVA group.
+pub const FLAG_GROUP_HEADS: i32 = 1;
+/// `Params::mode` bit (`FLAG_DEPENDENT_LAUNCH`): the T-form state pass without the overlap is a
+/// programmatic dependent launch of the intra kernel, and waits for it.
+pub const FLAG_DEPENDENT_LAUNCH: i32 = 128;
+/// `Params::mode` bit (`FLAG_DEFERRED_WAIT`): with grouped heads, a head's bulk-copy wait moves
+/// into the next head's stage.
+pub const FLAG_DEFERRED_WAIT: i32 = 256;
 
 const _: () = assert!(std::mem::size_of::<Params>() == 256);
 
@@ -179,7 +190,7 @@ pub fn params(p: &Problem, t: &DevicePtrs) -> Params {
     }
 }
 
-/// Static chunk-table rows `ceil(T/64) + N - 1` (SPEC.md section 7).
+/// Static chunk-table rows `ceil(T/64) + N - 1` (docs/spec.md).
 pub fn table_rows(p: &Problem) -> usize {
     deltarule_core::varlen::ChunkTable::static_rows(p.tokens, p.seqs, p.chunk)
 }
@@ -188,8 +199,8 @@ pub fn table_rows(p: &Problem) -> usize {
 /// counters and a mark per SM id).
 pub const SYNC_FLAGS: usize = 4 + 512;
 
-/// The overlapped pair's timeline records (`TRACE_INTRA`, `TRACE_STATE` of `prefill.cuh`: 4
-/// words each), after the flags.
+/// The overlapped pair's timeline records (`TRACE_INTRA`, `TRACE_STATE` of the kernels: 4 words
+/// each), after the flags.
 pub const TRACE_INTRA: usize = 1024;
 pub const TRACE_STATE: usize = 512;
 const TRACE_BYTES: usize = (TRACE_INTRA + TRACE_STATE) * 32;

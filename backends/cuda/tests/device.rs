@@ -3,6 +3,7 @@
 //! instantiation in tests/tests/conformance.rs lets `auto` pick, which sends the small generated
 //! cases to small-bh), and a representative subset for compute-sanitizer.
 
+use deltarule_tests::casefile::Case;
 use deltarule_tests::suite;
 
 fn present() -> bool {
@@ -144,17 +145,16 @@ fn recurrent_conformance() {
 }
 
 /// Decode problems with many more (V tile, value head, sequence) items than resident blocks, so
-/// that the persistent form of the recurrence (`DELTARULE_CUDA_MODE` bit 262144: 4 blocks an SM,
-/// each walking every 4 x SMs-th item) runs several items a block: 400 sequences of 0 to 3
-/// tokens, a pool in place with rows at -1, checkpoints every 2 tokens; gdn 1/2 with K = V = 128
-/// and an f32 state in kv (4 V tiles: 3,200 items), kda 2/4 with K = V = 64 and a bf16 state in
-/// vk (3,200 items). Each against float64, rerun bit-identical (`check_case`). Returns one line
-/// of the errors.
-fn recurrent_many_items_errors() -> String {
+/// that the persistent form of the recurrence (`DecodeForm::Persistent`: 4 blocks an SM, each
+/// walking every 4 x SMs-th item) runs several items a block: 400 sequences of 0 to 3 tokens, a
+/// pool in place with rows at -1, checkpoints every 2 tokens; gdn 1/2 with K = V = 128 and an
+/// f32 state in kv (4 V tiles: 3,200 items), kda 2/4 with K = V = 64 and a bf16 state in vk
+/// (3,200 items).
+fn recurrent_many_items_cases() -> Vec<Case> {
     use deltarule_core::{DType, FinalState, InitialState, Mode, Op, Problem, StateLayout};
-    use deltarule_tests::{cases, diff, generate};
+    use deltarule_tests::generate;
     let lens: Vec<usize> = (0..400).map(|i| [1, 0, 2, 1, 3, 1, 1][i % 7]).collect();
-    let mut line = Vec::new();
+    let mut cases = Vec::new();
     for (op, layout, dt, (h, hv), d) in [
         (Op::Gdn, StateLayout::Kv, DType::F32, (1, 2), 128),
         (Op::Kda, StateLayout::Vk, DType::BF16, (2, 4), 64),
@@ -168,53 +168,91 @@ fn recurrent_many_items_errors() -> String {
         p.layout = layout;
         p.checkpoint_every = Some(2);
         p.l2norm = true;
-        let case = generate::generate(&p, &lens, 21, generate::DataStyle::default())
+        let mut case = generate::generate(&p, &lens, 21, generate::DataStyle::default())
             .expect("generate the problem");
-        let reference = diff::reference_outputs(&case).expect("the float64 reference");
-        let check = cases::check_case(suite::engine(), "cuda:recurrent", &case, &reference)
-            .unwrap_or_else(|e| panic!("{op:?} decode, many items ({layout:?}): {e}"));
-        for (t, e) in &check.errors {
-            line.push(format!("{op:?} {t} {e:e}"));
-        }
+        case.name = format!("{op:?} decode, many items ({layout:?})");
+        cases.push(case);
     }
-    format!("many-items errors: {}", line.join(", "))
+    cases
 }
 
+/// The many-items problems on `cuda:recurrent` (the form the rule picks) against float64, rerun
+/// bit-identical (`check_case`).
 #[test]
 fn recurrent_many_items() {
-    if present() {
-        println!("{}", recurrent_many_items_errors());
+    use deltarule_tests::{cases, diff};
+    if !present() {
+        return;
+    }
+    for case in recurrent_many_items_cases() {
+        let reference = diff::reference_outputs(&case).expect("the float64 reference");
+        let check = cases::check_case(suite::engine(), "cuda:recurrent", &case, &reference)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        println!("{}: {:?}", case.name, check.errors);
     }
 }
 
-/// The token recurrence's forms, each forced by a `DELTARULE_CUDA_MODE` bit over the default
-/// 37249 (65536 the 6-block form, 131072 the 5-block form, 262144 the persistent grid, 524288 the
-/// 4-block form; the default picks one by tokens per sequence and work items, `DecodeForm::pick`), run the same
-/// per-item arithmetic: each in a child process (the backend reads the variable once) passes
-/// `recurrent_conformance` and gives `recurrent_many_items` the same errors as the default here,
-/// to the last digit.
+/// The bytes of every output tensor (bit-identity, NaN and signed zeros included).
+fn output_bits(o: &deltarule_core::Outputs) -> Vec<Vec<u8>> {
+    [Some(&o.o), o.final_state.as_ref(), o.checkpoints.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|t| t.to_le_bytes())
+        .collect()
+}
+
+/// The token recurrence's forms (`DecodeForm`: a block per item with 4, 5 or 6 blocks an SM, or
+/// the persistent grid) run the same per-item arithmetic: each, forced on one backend through
+/// `CudaBackend::set_options`, gives outputs bit-identical to the 4-block form's on every decode
+/// case of the generated suite and on the many-items problems (where the persistent form walks
+/// several items a block). The rule's own pick is checked against float64 by
+/// `recurrent_conformance` and `recurrent_many_items`.
 #[test]
-fn recurrent_entry_points_agree() {
-    if !present() || std::env::var_os("DELTARULE_CUDA_MODE").is_some() {
-        return; // (the child)
+fn recurrent_forms_agree() {
+    use deltarule_core::{Backend, Error, Kernel, Mode};
+    use deltarule_cuda::{CudaBackend, DecodeForm, Options};
+    if !present() {
+        return;
     }
-    let mine = recurrent_many_items_errors();
-    println!("default: {mine}");
-    use deltarule_cuda::Modes;
-    for bits in [
-        Modes::DEC_LB6,
-        Modes::DEC_LB5,
-        Modes::DEC_PERSIST,
-        Modes::DEC_LB4,
-    ] {
-        let mode = (Modes::DEFAULT.0 | bits).to_string();
-        let text = rerun_with("DELTARULE_CUDA_MODE", &mode, &["recurrent_"]);
-        assert_eq!(
-            reported(&text, "many-items errors: "),
-            Some(mine.as_str()),
-            "DELTARULE_CUDA_MODE={mode} disagrees with the default:\n{text}"
-        );
+    let mut be = CudaBackend::new(0).expect("the CUDA backend");
+    let base = *be.options();
+    let mut all = recurrent_many_items_cases();
+    all.extend(
+        deltarule_tests::cases::conformance_cases()
+            .iter()
+            .filter(|s| s.problem.mode == Mode::Decode)
+            .map(|s| s.build().expect("build the case")),
+    );
+    let mut ran = 0;
+    for case in &all {
+        let mut run = |form: DecodeForm| {
+            be.set_options(Options {
+                decode_form: Some(form),
+                ..base
+            });
+            be.run(Kernel::Recurrent, &case.problem, &case.inputs)
+        };
+        let want = match run(DecodeForm::Block4) {
+            Ok(o) => output_bits(&o),
+            Err(Error::Unsupported { .. }) => continue,
+            Err(e) => panic!("{}: {e}", case.name),
+        };
+        for form in [
+            DecodeForm::Block5,
+            DecodeForm::Block6,
+            DecodeForm::Persistent,
+        ] {
+            let got = run(form).unwrap_or_else(|e| panic!("{} ({form:?}): {e}", case.name));
+            assert!(
+                output_bits(&got) == want,
+                "{}: the {form:?} form differs from the 4-block form",
+                case.name
+            );
+        }
+        ran += 1;
     }
+    println!("the decode forms agree bit for bit on {ran} problems");
+    assert!(ran >= 2, "no decode problem ran");
 }
 
 /// A small set for `compute-sanitizer --tool memcheck`: varlen with zero-length sequences, pools
@@ -268,9 +306,9 @@ fn small_bh_conformance_with_each_wgmma_state_pass() {
 
 /// Grouped-value heads (gdn 4/8, K = V = 128) with sequences of up to 3000 tokens, zero-length
 /// ones and a dense initial state, against float64 on small-bh (whichever pass is forced, see
-/// above) and on chunked. Session 11 found a shared-memory race in the W/U intra kernels here
-/// (o wrong by up to 4e-2 through every pass but the T-form; the suite's problems were too
-/// small to show it); racecheck located it.
+/// above) and on chunked: the suite's problems are too small to show a shared-memory race in the
+/// W/U intra kernels (racecheck finds such races; o would be wrong by up to 4e-2 through every
+/// pass but the T-form).
 #[test]
 fn small_bh_gva_long_sequences() {
     use deltarule_core::StateLayout;
@@ -289,8 +327,7 @@ fn small_bh_gva_long_sequences() {
 /// problems have fewer, and run the overlapped pair): gdn 16/32, 16-bit inputs, 24 sequences of
 /// 0 to 700 tokens (zero-length items pass the state through, partial last chunks, one-token
 /// sequences), a dense initial state, checkpoints every 64 tokens, both state layouts, through
-/// cuda:small-bh against float64 (1,536 state CTAs). (Session 18 ran it on the persistent form
-/// of the pass too, which was slower and removed.)
+/// cuda:small-bh against float64 (1,536 state CTAs).
 #[test]
 fn small_bh_many_items() {
     use deltarule_core::StateLayout;
