@@ -130,7 +130,7 @@ fn log1p(x: f32) -> f32 {
     return log(u) * (x / (u - 1.0));
 }
 
-// softplus(x) = x for x > 20, else log(1 + e^x) (SPEC.md section 4).
+// softplus(x) = x for x > 20, else log(1 + e^x) (docs/spec.md, gate and beta options).
 fn softplus(x: f32) -> f32 {
     if (x > 20.0) {
         return x;
@@ -138,7 +138,8 @@ fn softplus(x: f32) -> f32 {
     return log1p(exp(x));
 }
 
-// The log decay of one gate input (SPEC.md section 4). `a` is exp(A_log[hv]) (1 when absent).
+// The log decay of one gate input (docs/spec.md, gate and beta options). `a` is exp(A_log[hv])
+// (1 when absent).
 fn gate_value(x: f32, mode: u32, a: f32, bias: f32, has_a: u32, lb: f32) -> f32 {
     if (mode == 1u) {
         return -a * softplus(x + bias);
@@ -189,60 +190,39 @@ fn ws_slot(k: u32, kda: u32) -> u32 {
     return ws_gam(k) + kda * 64u * k;
 }
 
-// The ws16 workspace slot of one (chunk, value head) of the coop kernel, in f16 halves (every
-// offset a multiple of 16 halves: K is 64 or 128 and V a multiple of 32 there), the same for gdn
-// and kda (kda's coop output pass reads ws16 too since session 12):
-//   W [64][K] | kdecᵀ [K][64]                                   (the state pass's operands)
-//   | qdec [64][K] | P [64][64] | h [K][V] | V_new [64][V]         (the cooperative-matrix
-//                                                                  output products')
-// W, kdecᵀ, qdec and P are the A operands of those products, stored row-major so that the
-// matrix loads read them row-major (coopLoadT). Until session 13 they were stored transposed
-// (Wᵀ, kdec, qdecᵀ, Pᵀ) and loaded column-major: on the H200 the state pass's 8 W tiles alone
-// cost 0.076 ms more that way at gdn and kda 1x8192 (1.021 -> 0.945 ms loading them row-major).
-//
-// TILED (session 14, the coop kernel's default; DELTARULE_WGPU_TILED=0 keeps plain row-major):
-// each of the four A operands is stored as its 16 x 16 tiles one after another (tile (tr, tc)
-// of an nc-column matrix at (tr (nc / 16) + tc) 256, row-major inside, stride 16), so one
-// matrix load reads 512 contiguous bytes instead of 16 rows 2 nc bytes apart: a permutation of
-// the same region, so every offset stays inside it (a16_off < rows nc for r < rows, c < nc,
-// both multiples of 16). The host passes TILED to the coop stages only.
-override TILED: u32 = 1u;
+// The ws16 workspace slot of one (chunk, value head) of the coop kernel, in f16 halves, the same
+// for gdn and kda (every offset a multiple of 256 halves: K is 64 or 128 there):
+//   W [64][K] | kdecᵀ [K][64] | qdec [64][K] | P [64][64]
+// W and kdecᵀ are the A operands of the state pass's products W·S and kdecᵀ·V_new, qdec and P
+// those of o = qdec·h + P·V_new, which the same pass computes. Each is stored as its 16 x 16
+// tiles one after another (tile (tr, tc) of an nc-column matrix at (tr (nc / 16) + tc) 256,
+// row-major inside, row stride TILE_STRIDE), so one matrix load reads 512 contiguous bytes; the
+// tiles are a permutation of the [rows][nc] region, so every offset stays inside it
+// (tiled_off < rows nc for r < rows, c < nc, both multiples of 16). Measured on the H200: the
+// coop state pass 0.95 -> 0.60 ms at gdn 16/32 and kda 32/32 1 x 8192 against row-major
+// operands, whose tile loads touch 16 rows 2 nc bytes apart.
+
+// The row stride of a matrix load or store of one tile.
+const TILE_STRIDE: u32 = 16u;
 
 // Offset of element (r, c) of an A operand with nc columns (nc a multiple of 16).
-fn a16_off(r: u32, c: u32, nc: u32) -> u32 {
-    if (TILED == 1u) {
-        return ((r >> 4u) * (nc >> 4u) + (c >> 4u)) * 256u + (r & 15u) * 16u + (c & 15u);
-    }
-    return r * nc + c;
+fn tiled_off(r: u32, c: u32, nc: u32) -> u32 {
+    return ((r >> 4u) * (nc >> 4u) + (c >> 4u)) * 256u + (r & 15u) * 16u + (c & 15u);
 }
 
-// First element of tile (tr, tc) (rows 16 tr .., columns 16 tc ..) and the row stride of its
-// matrix loads and stores.
-fn a16_tile(tr: u32, tc: u32, nc: u32) -> u32 {
-    if (TILED == 1u) {
-        return (tr * (nc >> 4u) + tc) * 256u;
-    }
-    return 16u * tr * nc + 16u * tc;
+// First element of tile (tr, tc) (rows 16 tr .., columns 16 tc ..).
+fn tile_first(tr: u32, tc: u32, nc: u32) -> u32 {
+    return (tr * (nc >> 4u) + tc) * 256u;
 }
 
-fn a16_ld(nc: u32) -> u32 {
-    return select(nc, 16u, TILED == 1u);
-}
-
-fn ws16_slot(k: u32, v: u32) -> u32 {
-    return 192u * k + 4096u + k * v + 64u * v;
+fn ws16_slot(k: u32) -> u32 {
+    return 192u * k + 4096u;
 }
 fn ws16_qd(k: u32) -> u32 {
     return 128u * k;
 }
 fn ws16_p(k: u32) -> u32 {
     return 192u * k;
-}
-fn ws16_h(k: u32) -> u32 {
-    return 192u * k + 4096u;
-}
-fn ws16_vn(k: u32, v: u32) -> u32 {
-    return 192u * k + 4096u + k * v;
 }
 
 // Flat offset of state element (d, e) in the declared layout.

@@ -1,4 +1,4 @@
-// decode.wgsl: the token recurrence of SPEC.md section 3 for decode (T >= 1 tokens per sequence,
+// decode.wgsl: the token recurrence (docs/spec.md) for decode (T >= 1 tokens per sequence,
 // speculative verify included), gdn or kda by the IS_KDA override. One workgroup per (sequence,
 // value head, 32-column value tile); 256 invocations: column e = tid % 32, rows d = tid / 32 + 8 r
 // of the state slice in registers. Per token: S = D S; u = beta (v − Sᵀk); S += k uᵀ;

@@ -1,7 +1,7 @@
 // gdn_intra_coop.wgsl: steps 2 and 4 of the gdn intra stage on cooperative matrices, the last
-// prelude of the `coop` kernel's gdn intra stage (after ws16_gdn.wgsl; gdn_intra_f32.wgsl is the
-// f32 version and says what the steps compute). 16 x 16 x 16 tiles, f16 operands, f32
-// accumulation.
+// prelude of the `coop` kernel's gdn intra stage (after intra_workspace_f16.wgsl and
+// intra_coop.wgsl; gdn_intra_f32.wgsl is the f32 version and says what the steps compute).
+// 16 x 16 x 16 tiles, f16 operands, f32 accumulation (W: f16).
 //
 // Step 2: K Kᵀ and Q Kᵀ over 32-channel blocks of raw k and q rows staged as f16 in s_t16 (k
 // [64][32] at 0, q at 2048; invocation tid stages row tid / 4, channels 8 (tid % 4) .. + 7 and
@@ -10,79 +10,53 @@
 // the staged k rows). They leave through s_cw in four passes of one tile per subgroup ([64][32],
 // local columns 16 (g % 2) ..), each invocation taking its 4 x 4 blocks in the pass that holds
 // their columns. The whole 64 x 64 products are formed (the f32 version skips the upper
-// triangle); put_ap masks them as before.
+// triangle); put_ap masks them.
 //
-// Step 4 (v6, session 14; was 32-column tiles with two barriers each, W through an f32 tile in
-// s_cw and qdec staged in s_at: 20 barriers at K = V = 128, now 9):
+// Step 4 (9 barriers at K = V = 128):
 //   T (from the solve, intra.wgsl's t_at) as f16 [64][64] in s_t16, once, then a barrier;
 //   one stream of source tiles, rows tid / 16 + 16 r, vec4 column tid % 16 (raw_tile), the next
 //   tile's raw values loaded during the current tile's products:
-//   W = T (β r_k e^Γ ⊙ K) over 64-channel tiles: the scaled rows as f16 into s_x16 [64][64],
-//   kdec = r_k e^(Γ_last − Γ) ⊙ K staged f32 in s_at (free after the T copy) and stored from
-//   there as kdecᵀ [K][64] f16 in whole rows; subgroup g takes rows 16 (g / 2) .., columns
-//   32 (g % 2) + 16 j (j < 2) with f16 accumulators (four k-steps, so four roundings to f16
-//   besides the final one: the tensor-core class of SPEC.md section 9) stored straight into
-//   ws16 as W [64][K] (the state pass's A operand; as contiguous 16 x 16 tiles, common.wgsl's
-//   TILED, since session 14);
+//   W = T (β r_k e^Γ ⊙ K) over 64-channel tiles: the scaled rows as f16 into s_x16, kdec =
+//   r_k e^(Γ_last − Γ) ⊙ K staged f32 in s_at (free after the T copy), then intra_coop.wgsl's
+//   w_tile_product (W and kdecᵀ into ws16);
 //   U = T (β ⊙ V) over UW-column tiles (UW = 64 when 64 divides V, else 32: the host's override)
 //   with f32 accumulators stored straight into wsu (f32, row-major [64][V4]);
-//   qdec = scale r_q e^Γ ⊙ q written as f16 [64][K] (tiled like W) into ws16 from the raw q values (no
-//   staging, no barrier: the first q tile is the stream's last prefetch). P is ws16_gdn.wgsl's.
+//   qdec = scale r_q e^Γ ⊙ q written as f16 tiles into ws16 from the raw q values (no staging,
+//   no barrier: the first q tile is the stream's last prefetch). P is put_p's.
 // Rows >= L come out zero: T's rows there are unit rows and the scaled source rows are zero.
 // The products' inputs are rounded to f16 (T, and the scaled k / v rows), like the coop state
-// pass; |raw k|, |raw v| above 65504 would overflow.
+// pass; |raw k|, |raw v| above 65504 would overflow. qdec and P are not written in f32 (wsa's
+// regions for them stay unused).
 //
-// qdec and P are not written in f32 (wsa's regions for them stay unused).
 // Needs K in {64, 128} and V a multiple of 32 (the host's coop rule), 256 invocations whose
 // subgroups of 32 are consecutive local invocation indices (Gpu::coop requires subgroup size 32;
 // the stage's entry point has no subgroup_id builtin, which the f32 variant could not take
 // without the subgroup feature, so g = tid / 32: NVIDIA's warps, the only adapter with
 // cooperative matrices here). Every cooperative-matrix operation runs in workgroup-uniform
-// control flow (loops and tests over override constants and the tile counter; the stage calls
-// gdn_step4 under an override test).
+// control flow (loops and tests over override constants and the tile counter).
 // Workgroup memory: the stage's s_at 16,640 bytes, its s_x 4,096 (SX_VEC4 = 256 here: only the
 // solve's scratch, < 1024 scalars), row arrays 1,792 and s_meta 16, plus s_t16 8 KiB, s_x16
-// 8 KiB, s_cw 9 KiB: 48,144 bytes in all, under NVIDIA's 48 KiB (was 48,656 with a 544-vec4 s_x
-// and a [64][32] s_x16). The stage's 8-byte chunk-range variable became 16 bytes
-// with this file: with it at 8 bytes both products were wrong on the H200 (and right as scalar
-// sums over the same operands), as in the state pass in session 3.
+// 8 KiB, s_cw 9 KiB: 48,144 bytes in all, under NVIDIA's 48 KiB. The stage's chunk-range
+// variable is 16 bytes: at 8 bytes both products came out wrong on the H200 (and right as
+// scalar sums over the same operands), as in the state pass.
 //
-// (A-operand offsets go through common.wgsl's a16_off / a16_tile: with TILED, the default, a
-// permutation of the same [rows][columns] region, 16 x 16 tiles stored one after another, so the
-// bounds below, stated for the row-major form, hold for both.)
-// SAFETY (unchecked module): s_t16 indices 16 wi 64 + 16 k + r 64 + c < 4096 (wi, k < 4;
-// r, c < 16), the zero block 16 + r 64 + c < 4096 and idx < 4096; step 2's staging m 32 + cq + 7
-// < 2048 (+ 2048 for q) and its tiles 2048 + 16 wi 32 + 16 kk + r 32 + c, (32 wc + 16 + c) 32 +
-// 16 kk + r < 4096; its s_cw partial sums < 512, passes 16 wi 32 + 16 wc + r 32 + c < 2048 and
-// reads 4 ty 32 + lc + 99 < 2048 (ty < 16, lc <= 28); step 4's s_x16 m 64 + 4 q + 3 < 4096
-// (m < 64, q < 16) and (16 k + r) 64 + 32 wc + 16 j + c < 4096; the kdec staging in s_at
-// (4 q + e) 65 + m <= 4158 < 4160 and its reads d 65 + mm + 1 <= 4158 (d < 64, mm <= 62); zero
-// tile s_cw 2048 + r 16 + c < 2304; ws16 halves in slot (c hvb + z): W (16 wi + r) K + c0 +
-// 32 wc + 16 j + c < 64 K (c0 + 64 <= K), kdecᵀ 64 K + (c0 + d) 64 + mm + 1 < 128 K, qdec
-// ws16_qd + m K + c0 + 4 q + 3 < ws16_p (c0 + 64 <= K), the rest as ws16_gdn.wgsl; wsu rows
-// 16 wi + r < 64, columns c0 + 16 (nj wc + j) + c < c0 + UW <= V = V4; q/k/v loads through
-// qk4_at / v4_at (intra.wgsl: zero past K, V and L).
+// SAFETY (unchecked module): s_t16 indices in step 2: staging m 32 + cq + 7 < 2048 (+ 2048 for
+// q), tiles 2048 + 16 wi 32 + 16 kk + r 32 + c and (32 wc + 16 + c) 32 + 16 kk + r < 4096; its
+// s_cw partial sums < 512, passes 16 wi 32 + 16 wc + r 32 + c < 2048 and reads
+// 4 ty 32 + lc + 99 < 2048 (ty < 16, lc <= 28); zero tile s_cw 2048 + r 16 + c < 2304; the rest
+// of step 4's workgroup and ws16 indices as intra_coop.wgsl; qdec ws16_qd + m K + c0 + 4 q + 3 <
+// ws16_p (c0 + 64 <= K, row-major bounds; the tiles permute the region); wsu rows 16 wi + r < 64,
+// columns c0 + 16 (nj wc + j) + c < c0 + UW <= V = V4; q/k/v loads through qk4_at / v4_at
+// (intra.wgsl: zero past K, V and L).
 
-// Step 4's U tile width: 64 when 64 divides V, else 32 (the host sets it; V is a multiple of 32).
-override UW: u32 = 64u;
-// (The source tile is staged row-major and its B operands loaded row-major: a transposed tile
-// loaded column-major measured slower on the H200, session 14's s14c: gdn intra 1.058 -> 1.171
-// ms, kda 2.122 -> 2.248.)
 // The stage's s_x (gdn_prefill_intra.wgsl) holds only the solve's scratch here.
 const SX_VEC4: u32 = 256u;
 
-var<workgroup> s_t16: array<f16, 4096>;   // T [64][64], row-major
-var<workgroup> s_x16: array<f16, 4096>;   // scaled source tile [64][64], row-major
 var<workgroup> s_cw: array<f32, 2304>;    // step 2's passes [64][32], then a zero 16 x 16 tile
 
-// Raw row m, columns c .. c + 3 of source tile `tile`: k channels 32 tile .. for tile < K / 32,
-// then v columns 32 (tile − K / 32) ...
-fn coop_raw(tile: u32, m: u32, c: u32, t0: u32, l: u32, h: u32, hv: u32) -> vec4<f32> {
-    let nw = HEAD_K / 32u;
-    if (tile < nw) {
-        return qk4_at(1u, m, 32u * tile + c, t0, l, h);
-    }
-    return v4_at(m, 32u * (tile - nw) + c, t0, l, hv);
+// P[i][j] (the stage's put_ap; no f32 copy: the state pass's o products read this one).
+fn put_p(base_p: u32, i: u32, j: u32, pv: f32) {
+    _ = put_p16(i, j, pv);
 }
 
 // Step 2's first block (channels 0..31): k row tid / 4, channels 8 (tid % 4) .. in a, b; q in
@@ -118,8 +92,8 @@ fn gdn_dots(tid: u32, t0: u32, l: u32, h: u32, pre: Pre2) -> Dots {
     let m = tid / 4u;
     let cq = 8u * (tid % 4u);
     s_cw[2048u + tid] = 0.0;
-    // (the zero tile is read right below: a barrier first; without it K = 64 gave wrong,
-    // run-to-run different sums on the H200, session 8)
+    // (the zero tile is read right below: a barrier first; without it K = 64 gives wrong,
+    // run-to-run different sums on the H200)
     workgroupBarrier();
     var p = pre;
     var ssk = 0.0;
@@ -207,7 +181,7 @@ fn gdn_dots(tid: u32, t0: u32, l: u32, h: u32, pre: Pre2) -> Dots {
     return r;
 }
 
-// Raw row m, columns 4 q .. 4 q + 3 of step 4's source tile `tile` (v6): k channels 64 tile ..
+// Raw row m, columns 4 q .. 4 q + 3 of step 4's source tile `tile`: k channels 64 tile ..
 // for tile < K / 64, then v columns UW (tile − K / 64) .. (UW-wide U tiles; a 32-wide tile's
 // staged columns 32..63 are the next tile's or zeros past V, staged and never used), then q
 // channels 64 (tile − K / 64 − V / UW) .. (the qdec tiles, from registers).
@@ -237,44 +211,11 @@ fn gdn_step4_first(tid: u32, t0: u32, l: u32, h: u32, hv: u32) -> Src4 {
     return raw_tile(0u, tid, t0, l, h, hv);
 }
 
-// Scaled source row m, columns 4 q .. 4 q + 3 as f16 into the [64][64] tile s_x16.
-fn put_x16(m: u32, q: u32, x: vec4<f32>) {
-    let o = m * 64u + 4u * q;
-    s_x16[o] = f16(x.x);
-    s_x16[o + 1u] = f16(x.y);
-    s_x16[o + 2u] = f16(x.z);
-    s_x16[o + 3u] = f16(x.w);
-}
-
-// kdec row m, tile columns 4 q .. 4 q + 3, staged f32 in s_at as [64 columns][65] (row stride
-// 65: the 16 column groups of a warp's store fall on different banks).
-fn put_kd(m: u32, q: u32, x: vec4<f32>) {
-    let o = 4u * q * 65u + m;
-    at_set(o, x.x);
-    at_set(o + 65u, x.y);
-    at_set(o + 130u, x.z);
-    at_set(o + 195u, x.w);
-}
-
-// kdecᵀ rows c0 .. c0 + 63 (channels; [K][64] f16, the state pass's A operand of ΔS) from the
-// staged tile: pair w = tid + 256 j, channel row w / 32, tokens 2 (w % 32) and + 1, so a warp
-// stores a row's 64 consecutive halves.
-fn store_kd16(tid: u32, c0: u32) {
-    for (var j = 0u; j < 8u; j++) {
-        let w = tid + 256u * j;
-        let d = w / 32u;
-        let mm = 2u * (w % 32u);
-        let o = p_base16 + 64u * HEAD_K + a16_off(c0 + d, mm, 64u);
-        ws16[o] = f16(at_get(d * 65u + mm));
-        ws16[o + 1u] = f16(at_get(d * 65u + mm + 1u));
-    }
-}
-
-// qdec row m, channels c0 + 4 q .. + 3 (row-major [64][K] f16, the A operand of o's q·h) straight
-// from the raw q values: no staging (16 lanes store a row's 64 contiguous halves).
+// qdec row m, channels c0 + 4 q .. + 3 (f16 tiles, the A operand of o's q·h) straight from the
+// raw q values: no staging (16 lanes store 64 channels of a row).
 fn put_qd16(m: u32, q: u32, c0: u32, x: vec4<f32>) {
     let y = s_fq[m] * x;
-    let o = p_base16 + ws16_qd(HEAD_K) + a16_off(m, c0 + 4u * q, HEAD_K);
+    let o = p_base16 + ws16_qd(HEAD_K) + tiled_off(m, c0 + 4u * q, HEAD_K);
     ws16[o] = f16(y.x);
     ws16[o + 1u] = f16(y.y);
     ws16[o + 2u] = f16(y.z);
@@ -292,11 +233,9 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
     let nu = HEAD_V / UW;
     let nj = UW / 32u;   // U output tiles per subgroup (W: 2)
     let V4 = k4(HEAD_V);
-    // T as f16 (T[i][m'] at s_at[m'][i]; the solve ended with a barrier) and the f32 zero tile;
-    // then a barrier: the first tile's kdec staging overwrites s_at
-    for (var idx = tid; idx < 4096u; idx += 256u) {
-        s_t16[idx] = f16(t_at(idx / 64u, idx % 64u, l));
-    }
+    // T as f16 (the solve ended with a barrier) and the f32 zero tile; then a barrier: the first
+    // tile's kdec staging overwrites s_at
+    t_to_f16(tid, l);
     s_cw[2048u + tid] = 0.0;
     workgroupBarrier();
     // (two loops, not one with a test on the tile counter: naga's uniformity analysis counts a
@@ -316,34 +255,7 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
         workgroupBarrier();
         // the next tile's raw values load during the products
         x = raw_tile(tile + 1u, tid, t0, l, h, hv);
-        // f16 accumulators (from T's zero block: rows 0..15, columns 16..31) stored straight
-        // into ws16, row-major [64][K]: no f32 round trip through s_cw
-        var a0 = coopLoadT<coop_mat16x16<f16, C>>(&s_t16[16u], 64u);
-        var a1 = a0;
-        for (var k = 0u; k < 4u; k++) {
-            let a = coopLoadT<coop_mat16x16<f16, A>>(&s_t16[16u * wi * 64u + 16u * k], 64u);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&s_x16[16u * k * 64u + 32u * wc], 64u);
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(
-                &s_x16[16u * k * 64u + 32u * wc + 16u], 64u);
-            a0 = coopMultiplyAdd(a, b0, a0);
-            a1 = coopMultiplyAdd(a, b1, a1);
-        }
-        // (offsets named first: naga 30's SPIR-V writer panicked on an index expression inside
-        // a coopStore call)
-        let wo = p_base16 + a16_tile(wi, c0 / 16u + 2u * wc, HEAD_K);
-        let wo1 = p_base16 + a16_tile(wi, c0 / 16u + 2u * wc + 1u, HEAD_K);
-        if ((PROBE & 2048u) != 0u) {
-            // (probe: into workgroup memory instead, racing the products' reads)
-            coopStoreT(a0, &s_x16[0], 64u);
-            coopStoreT(a1, &s_x16[16], 64u);
-        } else if ((PROBE & (1024u | 4096u)) == 0u) {
-            let wst = a16_ld(HEAD_K);
-            coopStoreT(a0, &ws16[wo], wst);
-            coopStoreT(a1, &ws16[wo1], wst);
-        }
-        if ((PROBE & 256u) == 0u) {
-            store_kd16(tid, c0);
-        }
+        w_tile_product(tid, wi, wc, c0);
         workgroupBarrier();
     }
     for (var tile = 0u; tile < nu; tile++) {
@@ -371,31 +283,24 @@ fn gdn_step4(tid: u32, t0: u32, l: u32, h: u32, hv: u32, base_w: u32, base_kd: u
             }
         }
         let uo = base_u + 16u * wi * V4 + c0 + 16u * nj * wc;
-        if ((PROBE & 2048u) != 0u) {
-            coopStoreT(u0, &s_cw[0], 16u);
-            coopStoreT(u1, &s_cw[0], 16u);
-        } else if ((PROBE & (1024u | 8192u)) == 0u) {
-            coopStoreT(u0, &wsu[uo], V4);
-            if (UW == 64u) {
-                let uo1 = uo + 16u;
-                coopStoreT(u1, &wsu[uo1], V4);
-            }
+        coopStoreT(u0, &wsu[uo], V4);
+        if (UW == 64u) {
+            let uo1 = uo + 16u;
+            coopStoreT(u1, &wsu[uo1], V4);
         }
         workgroupBarrier();
     }
     // qdec = scale r_q e^Γ q: the first tile from the prefetch, the second (K = 128) loaded here
     // (the second tile's loads issued before the first tile's stores)
-    if ((PROBE & 512u) == 0u) {
-        let y = raw_tile(min(nw + nu + 1u, nw + nu + nw - 1u), tid, t0, l, h, hv);
-        put_qd16(sm, sq, 0u, x.r0);
-        put_qd16(sm + 16u, sq, 0u, x.r1);
-        put_qd16(sm + 32u, sq, 0u, x.r2);
-        put_qd16(sm + 48u, sq, 0u, x.r3);
-        if (HEAD_K == 128u) {
-            put_qd16(sm, sq, 64u, y.r0);
-            put_qd16(sm + 16u, sq, 64u, y.r1);
-            put_qd16(sm + 32u, sq, 64u, y.r2);
-            put_qd16(sm + 48u, sq, 64u, y.r3);
-        }
+    let y = raw_tile(min(nw + nu + 1u, nw + nu + nw - 1u), tid, t0, l, h, hv);
+    put_qd16(sm, sq, 0u, x.r0);
+    put_qd16(sm + 16u, sq, 0u, x.r1);
+    put_qd16(sm + 32u, sq, 0u, x.r2);
+    put_qd16(sm + 48u, sq, 0u, x.r3);
+    if (HEAD_K == 128u) {
+        put_qd16(sm, sq, 64u, y.r0);
+        put_qd16(sm + 16u, sq, 64u, y.r1);
+        put_qd16(sm + 32u, sq, 64u, y.r2);
+        put_qd16(sm + 48u, sq, 64u, y.r3);
     }
 }

@@ -1,8 +1,8 @@
 // gdn_intra_f32.wgsl: steps 2 and 4 of the gdn intra stage (gdn_prefill_intra.wgsl) with f32
-// register tiles: the last prelude of the f32 stage (after ws16_off.wgsl). gdn_intra_coop.wgsl
-// has the same steps on cooperative matrices for the `coop` kernel; both define
-// `gdn_dots_first`, `gdn_dots`, `gdn_step4_first`, `gdn_step4` and `put_p` (the register blocks
-// `Pre2`, `Dots` and `Src4` are intra.wgsl's).
+// register tiles: the last prelude of the f32 stage (after intra_workspace_f32.wgsl).
+// gdn_intra_coop.wgsl has the same steps on cooperative matrices for the `coop` kernel; both
+// define `gdn_dots_first`, `gdn_dots`, `gdn_step4_first`, `gdn_step4` and `put_p` (the register
+// blocks `Pre2`, `Dots` and `Src4` are intra.wgsl's).
 //
 // Step 2 (K Kᵀ, Q Kᵀ): tiles of 16 channels stored channel-major in s_x (Kᵀ at 0, Qᵀ at 16 XT),
 // the next tile loaded while this one is used; invocation (ty, tx) sums rows 4 ty + a, columns
@@ -70,7 +70,7 @@ fn gdn_dots(tid: u32, t0: u32, l: u32, h: u32, pre: Pre2) -> Dots {
                 r.ss += x * x;
             }
         }
-        if (tx <= ty && (PROBE & 16u) == 0u) {
+        if (tx <= ty) {
             for (var dd = 0u; dd < 16u; dd++) {
                 let ka = s_x[dd * (XT / 4u) + ty];
                 let qa = s_x[4u * XT + dd * (XT / 4u) + ty];

@@ -1,5 +1,5 @@
 // gdn_prefill_intra.wgsl: the state-independent, chunk-parallel stage of the gdn prefill
-// (SPEC.md section 5, steps 1-4), one workgroup per (chunk, value head).
+// (docs/spec.md, the chunked algorithm, steps 1-4), one workgroup per (chunk, value head).
 //
 // Grid: x + y * grid_c = row c of the chunk table (c < chunks), z = value head within the head
 // batch (hv = hv0 + z). 256 invocations.
@@ -10,18 +10,19 @@
 //        qdecᵀ = (scale q e^Γ)ᵀ [K, 64], Pᵀ [64, 64] (P_ij = scale q_i·k_j e^(Γ_i − Γ_j),
 //        j <= i), e^Γ_last [K4] (zero padded);
 //   wsu: U [64, V4] (zero padded).
+// In the `coop` kernel's variant W, kdecᵀ, qdec and P go to ws16 as f16 tiles instead
+// (gdn_intra_coop.wgsl).
 // Every exponent is Γ_i − Γ_j with j <= i, Γ_i or Γ_last − Γ_j: never positive for log decays.
 //
-// v2 (bench/NOTES.md "WGSL v2"): every global load of q/k/v is issued one tile ahead of its use
-// (named registers, unconditional loads at clamped indices, zeroed by selection), so no loop
-// waits on a load per iteration; the q/k norms come from the K Kᵀ tiles (no serial K-long loop
-// per row); kdec is written from the W tiles' k values (no second pass over k); the dot-product
-// tiles are stored channel-major so each step is three vec4 loads for 32 multiply-adds; no
-// private arrays (every register tile is a named vec4).
-//
-// v3: step 4 streams 64 x 64 source tiles (2 k, 2 v, 2 q at K = V = 128) staged as vec4s in s_at,
-// scaled by per-row factors (s_fk, s_fd, s_fq: one exp per row instead of per element), and
-// multiplied by the packed triangular T in s_x with a 4 x 4 block per invocation (intra.wgsl).
+// Every global load of q/k/v is issued one tile ahead of its use (named registers,
+// unconditional loads at clamped indices, zeroed by selection), so no loop waits on a load per
+// iteration; the q/k norms come from the K Kᵀ tiles (no serial K-long loop per row); kdec is
+// written from the W tiles' k values (no second pass over k); the dot-product tiles are stored
+// channel-major so each step is three vec4 loads for 32 multiply-adds; no private arrays (every
+// register tile is a named vec4). Step 4 streams 64 x 64 source tiles (2 k, 2 v, 2 q at
+// K = V = 128) staged as vec4s in s_at, scaled by per-row factors (s_fk, s_fd, s_fq: one exp per
+// row instead of per element), and multiplied by the packed triangular T in s_x with a 4 x 4
+// block per invocation (intra.wgsl).
 //
 // SAFETY (unchecked module): every storage index below is < the buffer length the host sized:
 // token t = t0 + i with i < L and t0 + L <= T (chunk table built from validated cu_seqlens); loads
@@ -33,11 +34,6 @@
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
-// Diagnosis only (DELTARULE_WGPU_PROBE, 0 in production): skips parts to locate the time.
-// 2: P stores, 4: the T solve, 8: step 4, 16: step 2 sums (1: unused since v3); coop variant
-// (gdn_intra_coop.wgsl v6, session 14): 256 skips step 4's kdec staging and stores, 512 its
-// qdec stores, 1024 its W and U stores (and so the products).
-override PROBE: u32 = 0u;
 
 // bindings 0-6 (prm, aux, q, k, v, g, beta), the dtype overrides and the input loaders come from
 // inputs.wgsl; bindings 7-8 (wsa, wsu), s_at, the T solve and the W/U writer from intra.wgsl.
@@ -56,8 +52,9 @@ var<workgroup> s_fq: array<f32, 64>;
 // Tiles: Kᵀ and Qᵀ channel rows (2 x 16 x 68) for the dot products, the solve's block products,
 // or a 64 x 33 source tile for W/U/qdec.
 var<workgroup> s_x: array<vec4<f32>, SX_VEC4>;   // 544 (f32 variant) or 256 (coop: the solve only)
-// 16 bytes, not 8: every workgroup variable of the coop variant is a multiple of 16 bytes (an
-// 8-byte one gave wrong cooperative-matrix products there, as in prefill_state_coop.wgsl)
+// 16 bytes, not 8: every workgroup variable of the coop variant is a multiple of 16 bytes (with
+// an 8-byte one the cooperative-matrix products come out wrong there, as in
+// prefill_state_coop.wgsl)
 var<workgroup> s_meta: vec4<u32>;
 
 fn x_get(x: u32) -> f32 {
@@ -67,9 +64,6 @@ fn x_get(x: u32) -> f32 {
 fn x_set(x: u32, v: f32) {
     s_x[x >> 2u][x & 3u] = v;
 }
-
-
-
 
 // A and P of row i, columns 4 tx .. 4 tx + 3 from the raw K Kᵀ / Q Kᵀ sums.
 fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
@@ -88,9 +82,7 @@ fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
         if (j < i) {
             at_set(i * AS + j, av);
         }
-        if ((PROBE & 2u) == 0u || pv == 12345.678) {
-            put_p(base_p, i, j, pv);
-        }
+        put_p(base_p, i, j, pv);
     }
 }
 
@@ -189,15 +181,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let pre = gdn_step4_first(tid, t0, L, h, hv);
 
     // 3. T = (I + A)^-1 (intra.wgsl), left as packed triangular Tᵀ in s_x
-    if ((PROBE & 4u) == 0u) {
-        solve_t(tid, L);
-    }
+    solve_t(tid, L);
 
     // 4. W = T (β K e^Γ) (which also writes kdec), U = T (β V), qdecᵀ = (scale q e^Γ)ᵀ:
     //    gdn_intra_f32.wgsl (f32 register tiles) or gdn_intra_coop.wgsl (cooperative matrices).
-    if ((PROBE & 8u) == 0u) {
-        gdn_step4(tid, t0, L, h, hv, base_w, base_kd, base_qd, base_u, pre);
-    }
+    gdn_step4(tid, t0, L, h, hv, base_w, base_kd, base_qd, base_u, pre);
 
     // 5. kdec padding columns and e^Γ_last
     for (var idx = tid; idx < 64u * (K4 - K); idx += 256u) {

@@ -5,11 +5,14 @@
 // (the solve's scratch); after the solve s_x holds T as packed triangular Tᵀ row groups and s_at
 // holds the staged source tiles.
 //
-// v3 (bench/NOTES.md "WGSL v3"): the W/U writer was 12 tiles of 64 x 32 with a 4 x 2 block per
-// invocation built from scalar workgroup loads, transposed 4-byte Wᵀ stores (32 sectors per warp
-// store) and an exp per staged element; it is now 6 tiles of 64 x 64 (K = V = 128) with a 4 x 4
+// The W/U writer takes 64 x 64 source tiles (K = V = 128: 2 k, 2 v, 2 q tiles) with a 4 x 4
 // block per invocation (8 vec4 workgroup loads per 64 FMAs, unrolled by 4, no branches inside),
-// row factors precomputed per row (gdn), and Wᵀ stores that fill whole 32-byte sectors.
+// row factors precomputed per row, and Wᵀ stores that fill whole 32-byte sectors.
+//
+// The last prelude before the stage decides where W, kdec, qdec and P go (the hooks set_base16,
+// put_kdec16, store_w16, store_qd16_tile, put_p16, the constants PACK_T and KDA_STEP4_COOP):
+// intra_workspace_f32.wgsl (f32 into wsa, the `chunked` kernel), kda_intra_workspace_f16.wgsl,
+// gdn_intra_workspace_f16.wgsl and kda_intra_coop.wgsl (f16 into ws16, the `coop` kernel).
 //
 // SAFETY (unchecked modules): s_at holds 4160 scalars (1040 vec4s) and every solve index is
 // i * AS + j with i, j < 64 (< 4160); source tile slots are src_slot(m, q) = 16 m + (q ^ (m & 15))
@@ -26,8 +29,8 @@
 @group(0) @binding(7) var<storage, read_write> wsa: array<f32>;
 @group(0) @binding(8) var<storage, read_write> wsu: array<f32>;
 
-// kdec row m, channels d0 .. d0 + 3 (d0 a multiple of 4): f32 into wsa, or f16 into ws16 in the
-// coop variant (ws16_on.wgsl's put_kdec16 returns true; ws16_off.wgsl's does nothing).
+// kdec row m, channels d0 .. d0 + 3 (d0 a multiple of 4): f32 into wsa, or f16 into ws16 where
+// the last prelude's put_kdec16 takes it (returns true).
 fn put_kdec(base_kd: u32, m: u32, d0: u32, kd: vec4<f32>) {
     if (put_kdec16(m, d0, kd)) {
         return;
@@ -368,7 +371,7 @@ fn store_u_row(o: u32, x: vec4<f32>, live: bool) {
 
 // qdecᵀ rows c0 + 4 q + e (< K) from the staged q tile: invocation tid reads token i = tid % 64,
 // vec4 columns q = tid / 64 + 4 r, and stores 64 contiguous tokens per row across the warp.
-// (The coop variant writes qdec row-major as f16 instead: ws16_on.wgsl's store_qd16_tile.)
+// (Where the last prelude's store_qd16_tile takes it, qdec goes to ws16 as f16 tiles instead.)
 fn store_qd(base_qd: u32, tid: u32, c0: u32) {
     if (store_qd16_tile(tid, c0)) {
         return;
@@ -386,15 +389,14 @@ fn store_qd(base_qd: u32, tid: u32, c0: u32) {
     }
 }
 
-// Step 3 of SPEC.md section 5: T = (I + A)^-1, unit lower triangular, by blocks of 16 (T[i][j]
-// stored at s_at[j][i]):
+// Step 3 of the chunked algorithm (docs/spec.md): T = (I + A)^-1, unit lower triangular, by
+// blocks of 16 (T[i][j] stored at s_at[j][i]):
 //    the eight diagonal blocks of 8 x 8 by forward substitution, one column per invocation,
 //    T[i][j] = -A[i][j] - sum_{j < m < i} A[i][m] T[m][j]; then by doubling, as the inverse of
 //    [[L11, 0], [A21, L22]] is [[T11, 0], [-T22 A21 T11, T22]]: the 8 x 8 blocks below the
 //    diagonal of each 16 x 16 one, the 16 x 16 blocks (1, 0) and (3, 2), then the 32 x 32 block
 //    below the diagonal, each as Y = A21 T11 into s_x and T21 = -T22 Y (merge_y, merge_t: 2 x 2
-//    register blocks). (Session 12; was 16 x 16 diagonal blocks, 15 dependent steps a column,
-//    and three rounds by distance with a selection per term.) Rows >= L have A = 0: identity.
+//    register blocks). Rows >= L have A = 0: identity.
 // Called by every invocation (it holds workgroup barriers); l = the chunk length.
 fn solve_t(tid: u32, l: u32) {
     if (tid < 64u) {
@@ -442,7 +444,8 @@ fn solve_t(tid: u32, l: u32) {
     workgroupBarrier();
     // Packed triangular Tᵀ into s_x (the solve's scratch, free after the last barrier): vec4
     // (g, m) = T[4 g .. 4 g + 3][m] at tp_base(g) + m, m <= 4 g + 3. PACK_T (the last prelude's
-    // const) is false where step 4 does not read it (gdn's coop stage).
+    // const) is false where step 4 does not read it (the stages with step 4 on cooperative
+    // matrices).
     for (var idx = tid; PACK_T && idx < 544u; idx += 256u) {
         var g = 0u;
         for (var gg = 1u; gg < 16u; gg++) {

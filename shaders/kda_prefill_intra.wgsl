@@ -1,7 +1,7 @@
 // kda_prefill_intra.wgsl: the state-independent, chunk-parallel stage of the kda prefill
-// (SPEC.md section 5, steps 1-4), one workgroup per (chunk, value head). Same contract as
-// gdn_prefill_intra.wgsl except that the gate is per key channel: g [T, HV, K], dt_bias [HV, K],
-// and Γ [64, K] is also written to the workspace (after e^Γ_last).
+// (docs/spec.md, the chunked algorithm, steps 1-4), one workgroup per (chunk, value head). Same
+// contract as gdn_prefill_intra.wgsl except that the gate is per key channel: g [T, HV, K],
+// dt_bias [HV, K], and Γ [64, K] is also written to the workspace (after e^Γ_last).
 //
 // Grid: x + y * grid_c = row c of the chunk table (c < chunks), z = value head within the head
 // batch (hv = hv0 + z). 256 invocations.
@@ -12,30 +12,30 @@
 //        qdecᵀ = (scale q e^Γ)ᵀ [K, 64], Pᵀ [64, 64] (P_ij = scale q_i·k_j e^(Γ_i − Γ_j),
 //        j <= i), e^Γ_last [K4] (zero padded);
 //   wsu: U [64, V4] (zero padded).
+// In the `coop` kernel's variants W, kdecᵀ, qdec and P go to ws16 as f16 tiles instead
+// (kda_intra_workspace_f16.wgsl, kda_intra_coop.wgsl).
 // Every exponent is Γ_i[d] − Γ_j[d] with j <= i (clamped at 0 where j > i, whose products are
 // discarded), Γ_i or Γ_last − Γ_j: never positive for log decays. The per-channel decay is
 // evaluated element by element inside the dot products (no factoring through e^-Γ), so softplus
 // gates of any size are safe.
 //
-// v2 (bench/NOTES.md "WGSL v2"): q/k/g/v and Γ loads are issued one tile ahead of their use
-// (named registers, unconditional loads at clamped indices, zeroed by selection); the q/k norms
-// come from the K Kᵀ tiles; W, U and qdec are one stream of source tiles and kdec is written
-// from the W tiles; no private arrays (register tiles are named vec4s).
+// q/k/g/v and Γ loads are issued one tile ahead of their use (named registers, unconditional
+// loads at clamped indices, zeroed by selection); the q/k norms come from the K Kᵀ tiles; W, U
+// and qdec are one stream of 64 x 64 source tiles staged as vec4s in s_at (Γ loaded a vec4 at a
+// time with them) and kdec is written from the W tiles; the stream is multiplied by the packed
+// triangular T with a 4 x 4 block per invocation (intra.wgsl); s_x is a vec4 array (816 vec4s)
+// read through x_get / x_set; no private arrays (register tiles are named vec4s).
 //
-// v3: step 4 streams 64 x 64 source tiles staged as vec4s in s_at (Γ loaded a vec4 at a time
-// with them), multiplied by the packed triangular T with a 4 x 4 block per invocation
-// (intra.wgsl); s_x is a vec4 array (816 vec4s, same bytes) read through x_get / x_set.
-//
-// v4 (session 12): step 2 through 16-token reference points (SPEC.md section 5's factoring, as the
-// CUDA kda intra kernel does it): per 16-channel slice the rows are staged once as
-// KT_i = k_i e^(Γ_i − Γ_n(i)), QT_i = q_i e^(Γ_i − Γ_n(i)) (n(i) = the first row of i's 16-row
-// block) and KH_j^n = k_j e^(Γ_n − Γ_j) for n = 16, 32, 48 and j < n, so the six 16 x 16 blocks
-// below the diagonal are plain products (no exponential inside); only the four diagonal blocks
-// keep the exponential per element. Every exponent is still Γ_later − Γ_earlier. Warps 0-2 take
-// the 96 4 x 4 blocks below the diagonal, warps 3-7 the 160 1 x 4 row pieces of the diagonal
-// blocks (about the same instructions a step each), where v3 ran the 136 4 x 4 blocks on or
-// below the diagonal with 16 exponentials a step each and half the lanes of most warps idle.
-// STEP2_REF = 0 (`DELTARULE_WGPU_KDA_STEP2=0`) keeps v3's step 2 for comparison.
+// Step 2 goes through 16-token reference points (the factoring of docs/spec.md's chunked
+// algorithm, as the CUDA kda intra kernel does it): per 16-channel slice the rows are staged
+// once as KT_i = k_i e^(Γ_i − Γ_n(i)), QT_i = q_i e^(Γ_i − Γ_n(i)) (n(i) = the first row of i's
+// 16-row block) and KH_j^n = k_j e^(Γ_n − Γ_j) for n = 16, 32, 48 and j < n, so the six 16 x 16
+// blocks below the diagonal are plain products (no exponential inside); only the four diagonal
+// blocks keep the exponential per element. Every exponent is still Γ_later − Γ_earlier. Warps
+// 0-2 take the 96 4 x 4 blocks below the diagonal, warps 3-7 the 160 1 x 4 row pieces of the
+// diagonal blocks (about the same instructions a step each). Measured on the H200 (kda 32/32
+// 1 x 8192): intra pass 2.599 -> 2.158 ms against the exponential per element on the 136 4 x 4
+// blocks on or below the diagonal.
 //
 // SAFETY (unchecked module): every storage index below is < the buffer length the host sized:
 // token t = t0 + i with i < L and t0 + L <= T (chunk table built from validated cu_seqlens); loads
@@ -44,7 +44,7 @@
 // it, at channel min(d, K - 1)); workspace slots (c * hvb + z) with c < chunks, z < hvb, Γ rows
 // m < 64 and channels < K. Workgroup arrays are indexed by i, j < 64, dd < 16 (tile) and m < 64
 // within their declared sizes (the Γ scan's copy in s_at: rows < 64 of stride 17, < 1088 of its
-// 4160 floats, written after the tile's first barrier and read before its third; v4's staged
+// 4160 floats, written after the tile's first barrier and read before its third; the staged
 // rows, channel-major with the rows as vec4s: KH vec4 272 + 24 dd + h / 4 < 656 of s_at (h < 96),
 // KT vec4 680 + 12 dd + (i − 16) / 4 < 872 of s_at's 1040 and QT vec4 544 + 12 dd + (i − 16) / 4 <
 // 736 of s_x's 816 (16 <= i < 64, dd < 16), written after the second barrier and read before the
@@ -52,14 +52,6 @@
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
-// Diagnosis only (DELTARULE_WGPU_PROBE, 0 in production; results wrong by design): 4 skips the
-// T solve, 8 the step-4 stream (W, U, qdec and kdec), 16 step 2's products (its staging and Γ
-// scan stay), as in gdn_prefill_intra.wgsl; the variant with step 4 on cooperative matrices
-// (kda_intra_coop.wgsl) also takes gdn's 256 / 512 / 1024 (kdec, qdec, W and U stores), to place
-// the kda intra stage's time on the H200 (session 13: 2.2 ms against gdn's 1.06).
-override PROBE: u32 = 0u;
-// 1: step 2 through reference points (v4); 0: v3's per-element exponentials (for comparison).
-override STEP2_REF: u32 = 1u;
 
 // bindings 0-6 (prm, aux, q, k, v, g, beta), the dtype overrides and the input loaders come from
 // inputs.wgsl; bindings 7-8 (wsa, wsu), s_at, the T solve and the W/U writer from intra.wgsl.
@@ -76,9 +68,6 @@ var<workgroup> s_x: array<vec4<f32>, 816>;
 // workgroup variable a multiple of 16 bytes (gdn_prefill_intra.wgsl, prefill_state_coop.wgsl)
 var<workgroup> s_meta: vec4<u32>;
 
-// q (which 0) or k (1) of chunk row i, channel d: an unconditional load (row t0, channel 0 when
-// outside the chunk or K) zeroed by selection, so a batch of these issues back to back.
-
 // Scalar access to s_x (the dot-product tiles and the solve's scratch in intra.wgsl).
 fn x_get(x: u32) -> f32 {
     return s_x[x >> 2u][x & 3u];
@@ -88,8 +77,8 @@ fn x_set(x: u32, v: f32) {
     s_x[x >> 2u][x & 3u] = v;
 }
 
-
-// Raw gate input g of chunk row i, channel d (same scheme).
+// Raw gate input g of chunk row i, channel d: an unconditional load (row t0, channel 0 when
+// outside the chunk or K) zeroed by selection, as intra.wgsl's qk_at.
 fn g_at(i: u32, d: u32, t0: u32, l: u32, hv: u32) -> f32 {
     let ok = i < l && d < HEAD_K;
     let x = ld_g(((t0 + select(0u, i, ok)) * prm.vheads + hv) * HEAD_K + select(0u, d, ok));
@@ -101,8 +90,6 @@ fn gate_at(x: f32, i: u32, d: u32, l: u32, a_exp: f32, bias: f32) -> f32 {
     let gv = gate_value(x, prm.gate, a_exp, bias, prm.has_a_log, prm.lb);
     return select(0.0, gv, i < l && d < HEAD_K);
 }
-
-
 
 // Γ[m][channels of vec4 column q] for the W and qdec tiles of the stream (0 for U tiles; loads at
 // channel min(d, K − 1), whose values for d >= K multiply zero raw elements).
@@ -182,7 +169,7 @@ fn row4(base: u32, r0: u32, dd: u32) -> vec4<f32> {
         x_get(base + (r0 + 2u) * TS + dd), x_get(base + (r0 + 3u) * TS + dd));
 }
 
-// v4's staged rows, channel-major [16][rows] so that four rows are one vec4 (vec4 offsets; KH
+// The reference points' staged rows, channel-major [16][rows] so that four rows are one vec4 (vec4 offsets; KH
 // and KT in s_at, QT in s_x, see SAFETY above): KH [16][96], KT and QT [16][48] (rows 16..63).
 const KHB: u32 = 272u;
 const KTB: u32 = 680u;
@@ -216,7 +203,7 @@ fn stage_ref(tid: u32) {
     }
 }
 
-// v4's diagonal-block piece of invocation u = tid − 96 (< 160): row 16 bi + r and columns
+// The diagonal-block piece of invocation u = tid − 96 (< 160): row 16 bi + r and columns
 // 16 bi + 4 cb .. + 3 with cb <= r / 4 (40 pieces per block), as vec2(row, first column).
 fn diag_piece(u: u32) -> vec2<u32> {
     let bi = u / 40u;
@@ -236,7 +223,7 @@ fn diag_piece(u: u32) -> vec2<u32> {
     return vec2<u32>(16u * bi + r, 16u * bi + 4u * cb);
 }
 
-// v4's block below the diagonal of invocation tid (< 96): block pair (bi, bj), bj < bi, in the
+// The block below the diagonal of invocation tid (< 96): block pair (bi, bj), bj < bi, in the
 // order (1,0) (2,0) (2,1) (3,0) (3,1) (3,2); rows 16 bi + 4 (sub / 4) .., columns 16 bj +
 // 4 (sub % 4) ..; as vec3(bi, first row, first column).
 fn off_block(tid: u32) -> vec3<u32> {
@@ -390,94 +377,63 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             wsa[base_gam + (li + 48u) * K + d] = gp3;
         }
         workgroupBarrier();
-        if (STEP2_REF == 1u) {
-            stage_ref(tid);
-            workgroupBarrier();
-            if ((PROBE & 16u) != 0u) {
-                // (probe: the products skipped, the staging kept)
-            } else if (tid < 96u) {
-                // below the diagonal: KT KHᵀ and QT KHᵀ, no exponential
-                let ob = off_block(tid);
-                let ra = KTB + (ob.y - 16u) / 4u;
-                let rh = KHB + (kh_base(ob.x) + ob.z) / 4u;
-                for (var dd = 0u; dd < 16u; dd++) {
-                    let ka = s_at[ra + 12u * dd];
-                    let qa = s_x[QTB + (ob.y - 16u) / 4u + 12u * dd];
-                    let kh = s_at[rh + 24u * dd];
-                    kk0 += ka.x * kh;
-                    kk1 += ka.y * kh;
-                    kk2 += ka.z * kh;
-                    kk3 += ka.w * kh;
-                    qk0 += qa.x * kh;
-                    qk1 += qa.y * kh;
-                    qk2 += qa.z * kh;
-                    qk3 += qa.w * kh;
-                }
-            } else {
-                // a diagonal block's row piece: the exponential per element
-                let pc = diag_piece(tid - 96u);
-                for (var dd = 0u; dd < 16u; dd++) {
-                    let ki = x_get(pc.x * TS + dd);
-                    let qi = x_get(1088u + pc.x * TS + dd);
-                    let gi = at_get(pc.x * TS + dd);
-                    let kj = row4(0u, pc.y, dd);
-                    let gj = gam4(pc.y, dd);
-                    let b = kj * exp(min(vec4<f32>(gi) - gj, vec4<f32>(0.0)));
-                    kk0 += ki * b;
-                    qk0 += qi * b;
-                }
-            }
-        } else if (tx <= ty && (PROBE & 16u) == 0u) {
+        stage_ref(tid);
+        workgroupBarrier();
+        if (tid < 96u) {
+            // below the diagonal: KT KHᵀ and QT KHᵀ, no exponential
+            let ob = off_block(tid);
+            let ra = KTB + (ob.y - 16u) / 4u;
+            let rh = KHB + (kh_base(ob.x) + ob.z) / 4u;
             for (var dd = 0u; dd < 16u; dd++) {
-                let ka = row4(0u, ty * 4u, dd);
-                let qa = row4(1088u, ty * 4u, dd);
-                let ga = gam4(ty * 4u, dd);
-                let kj = row4(0u, tx * 4u, dd);
-                let gj = gam4(tx * 4u, dd);
-                let b0 = kj * exp(min(ga.x - gj, vec4<f32>(0.0)));
-                let b1 = kj * exp(min(ga.y - gj, vec4<f32>(0.0)));
-                let b2 = kj * exp(min(ga.z - gj, vec4<f32>(0.0)));
-                let b3 = kj * exp(min(ga.w - gj, vec4<f32>(0.0)));
-                kk0 += ka.x * b0;
-                kk1 += ka.y * b1;
-                kk2 += ka.z * b2;
-                kk3 += ka.w * b3;
-                qk0 += qa.x * b0;
-                qk1 += qa.y * b1;
-                qk2 += qa.z * b2;
-                qk3 += qa.w * b3;
+                let ka = s_at[ra + 12u * dd];
+                let qa = s_x[QTB + (ob.y - 16u) / 4u + 12u * dd];
+                let kh = s_at[rh + 24u * dd];
+                kk0 += ka.x * kh;
+                kk1 += ka.y * kh;
+                kk2 += ka.z * kh;
+                kk3 += ka.w * kh;
+                qk0 += qa.x * kh;
+                qk1 += qa.y * kh;
+                qk2 += qa.z * kh;
+                qk3 += qa.w * kh;
+            }
+        } else {
+            // a diagonal block's row piece: the exponential per element
+            let pc = diag_piece(tid - 96u);
+            for (var dd = 0u; dd < 16u; dd++) {
+                let ki = x_get(pc.x * TS + dd);
+                let qi = x_get(1088u + pc.x * TS + dd);
+                let gi = at_get(pc.x * TS + dd);
+                let kj = row4(0u, pc.y, dd);
+                let gj = gam4(pc.y, dd);
+                let b = kj * exp(min(vec4<f32>(gi) - gj, vec4<f32>(0.0)));
+                kk0 += ki * b;
+                qk0 += qi * b;
             }
         }
         workgroupBarrier();
     }
     store_norm(tid, nrow, ss, L);
     workgroupBarrier();
-    if (STEP2_REF == 1u) {
-        if (tid < 96u) {
-            let ob = off_block(tid);
-            put_ap(ob.y, ob.z / 4u, kk0, qk0, L, base_p);
-            put_ap(ob.y + 1u, ob.z / 4u, kk1, qk1, L, base_p);
-            put_ap(ob.y + 2u, ob.z / 4u, kk2, qk2, L, base_p);
-            put_ap(ob.y + 3u, ob.z / 4u, kk3, qk3, L, base_p);
-        } else {
-            let pc = diag_piece(tid - 96u);
-            put_ap(pc.x, pc.y / 4u, kk0, qk0, L, base_p);
-        }
-        // P's zeros above the pieces: blocks right of the diagonal, and in a diagonal block the
-        // column groups of four right of the row's own
-        for (var idx = tid; idx < 4096u; idx += 256u) {
-            let i = idx % 64u;
-            let j = idx / 64u;
-            if ((j / 16u > i / 16u || (j / 16u == i / 16u && (j % 16u) / 4u > (i % 16u) / 4u))
-                && !put_p16(i, j, 0.0)) {
-                wsa[base_p + j * 64u + i] = 0.0;
-            }
-        }
+    if (tid < 96u) {
+        let ob = off_block(tid);
+        put_ap(ob.y, ob.z / 4u, kk0, qk0, L, base_p);
+        put_ap(ob.y + 1u, ob.z / 4u, kk1, qk1, L, base_p);
+        put_ap(ob.y + 2u, ob.z / 4u, kk2, qk2, L, base_p);
+        put_ap(ob.y + 3u, ob.z / 4u, kk3, qk3, L, base_p);
     } else {
-        put_ap(ty * 4u, tx, kk0, qk0, L, base_p);
-        put_ap(ty * 4u + 1u, tx, kk1, qk1, L, base_p);
-        put_ap(ty * 4u + 2u, tx, kk2, qk2, L, base_p);
-        put_ap(ty * 4u + 3u, tx, kk3, qk3, L, base_p);
+        let pc = diag_piece(tid - 96u);
+        put_ap(pc.x, pc.y / 4u, kk0, qk0, L, base_p);
+    }
+    // P's zeros above the pieces: blocks right of the diagonal, and in a diagonal block the
+    // column groups of four right of the row's own
+    for (var idx = tid; idx < 4096u; idx += 256u) {
+        let i = idx % 64u;
+        let j = idx / 64u;
+        if ((j / 16u > i / 16u || (j / 16u == i / 16u && (j % 16u) / 4u > (i % 16u) / 4u))
+            && !put_p16(i, j, 0.0)) {
+            wsa[base_p + j * 64u + i] = 0.0;
+        }
     }
     storageBarrier();
     workgroupBarrier();
@@ -501,23 +457,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var gll = gam4_at(0u, last, sq, base_gam);
 
     // 3. T = (I + A)^-1 (intra.wgsl), left as packed triangular Tᵀ in s_x
-    if ((PROBE & 4u) == 0u) {
-        solve_t(tid, L);
-    }
+    solve_t(tid, L);
 
     // 4. One stream of 64 x 64 source tiles staged in s_at: W = T (β K e^Γ) (kind 0, which also
     //    writes kdec = k e^(Γ_last − Γ)), U = T (β V) (kind 1), qdecᵀ = (scale q e^Γ)ᵀ (kind 2, a
     //    transpose). The product gives each invocation a 4 x 4 block (rows 4 ty .., vec4 column
     //    tx); the next tile's raw values and Γ are loaded while the current one is used.
-    //    Where the last prelude is kda_intra_coop.wgsl (KDA_MMA4), the same on cooperative
-    //    matrices instead (kda_step4_mma).
-    var ntiles = select(ntot, 0u, (PROBE & 8u) != 0u);
-    if (KDA_MMA4) {
+    //    Where the last prelude is kda_intra_coop.wgsl (KDA_STEP4_COOP), the same on cooperative
+    //    matrices instead (kda_step4_coop).
+    var ntiles = ntot;
+    if (KDA_STEP4_COOP) {
         ntiles = 0u;
-        if ((PROBE & 8u) == 0u) {
-            kda_step4_mma(tid, t0, L, h, hv, base_gam, base_u, Src4(r0, r1, r2, r3),
-                Src4(g0, g1, g2, g3), gll);
-        }
+        kda_step4_coop(tid, t0, L, h, hv, base_gam, base_u, Src4(r0, r1, r2, r3),
+            Src4(g0, g1, g2, g3), gll);
     }
     for (var tile = 0u; tile < ntiles; tile++) {
         var kind = 0u;

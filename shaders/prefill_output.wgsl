@@ -1,7 +1,7 @@
-// prefill_output.wgsl: the chunk-parallel output pass of the chunked prefill (SPEC.md section 5,
-// step 5), shared by gdn and kda: O = qdec·h[c] + P·V_new for the L rows of chunk c, where
-// qdec = scale q e^Γ, P the masked intra-chunk read-out matrix and V_new, h[c] come from the state
-// pass. One workgroup per (chunk, value head, 64-column value tile); 256 invocations with a
+// prefill_output.wgsl: the chunk-parallel output pass of the `chunked` kernel's prefill
+// (docs/spec.md, the chunked algorithm, step 5), shared by gdn and kda: O = qdec·h[c] + P·V_new
+// for the L rows of chunk c, where qdec = scale q e^Γ, P the masked intra-chunk read-out matrix
+// and V_new, h[c] come from the state pass (the `coop` kernel's state pass computes o itself). One workgroup per (chunk, value head, 64-column value tile); 256 invocations with a
 // 4 x 4 block each (rows 4 ty.., columns 4 tx..). The reduction operands are staged as vec4 tiles
 // (qdecᵀ and Pᵀ rows of 64 tokens, h and V_new rows padded to V4 columns), so each step is two
 // vector loads for 16 multiply-adds.
@@ -11,15 +11,57 @@
 // names bf16/f16 (the host sets it only for even V, so a word never straddles two rows), the
 // rounded pairs (e, e + 1) straight into the caller's 16-bit o (o16), skipping the pack pass.
 //
-// v2 (bench/NOTES.md "WGSL v2"): the qdecᵀ/h and Pᵀ/V_new tiles are one stream whose next tile
-// is loaded into registers (unconditionally, at clamped indices, zeroed by selection) while the
-// current one is multiplied, so no tile waits on its global loads; the accumulators are named
-// vec4s.
+// The qdecᵀ/h and Pᵀ/V_new tiles are one stream whose next tile is loaded into registers
+// (unconditionally, at clamped indices, zeroed by selection) while the current one is
+// multiplied, so no tile waits on its global loads; the accumulators are named vec4s.
 //
 // SAFETY (unchecked module): c < chunks and t0 + L <= T from the chunk table; workspace slots
 // (c * hvb + z) were sized by the host (wsa: ws_slot words, wsu: 64 x V4, wsh: K x V4 a slot, all
 // vec4 aligned); tile loads read row min(d, K − 1) and column e < V4 (else column 0) and are
-// zeroed outside, P/V_new rows j < 64; workgroup tiles have 256 vec4s.
+// zeroed outside, P/V_new rows j < 64; workgroup tiles have 256 vec4s; put_o4 writes rows i < L
+// of the chunk and columns e < V: outs[off_o + ((t0 + i) HV + hv) V + e] (f32), or the 16-bit
+// pairs (e, e + 1) of o16 when pack_dt is set (the host sets it only for even V).
+
+override HEAD_K: u32 = 64u;
+override HEAD_V: u32 = 64u;
+
+@group(0) @binding(0) var<uniform> prm: Params;
+@group(0) @binding(1) var<storage, read> aux: array<u32>;
+@group(0) @binding(2) var<storage, read> wsa: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> wsu: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> wsh: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> outs: array<f32>;
+@group(0) @binding(6) var<storage, read_write> o16: array<u32>;
+
+// Rows 4 ty .. 4 ty + 3 (a0 .. a3), columns e0 + 4 tx .. + 3 of the chunk's o tile: f32 into
+// outs, or rounded to the caller's 16-bit dtype straight into o16 (pack_dt).
+fn put_o4(t0: u32, L: u32, hv: u32, e0: u32, ty: u32, tx: u32, a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>) {
+    let V = HEAD_V;
+    for (var a = 0u; a < 4u; a++) {
+        let i = ty * 4u + a;
+        var ov = a0;
+        if (a == 1u) { ov = a1; } else if (a == 2u) { ov = a2; } else if (a == 3u) { ov = a3; }
+        if (i < L) {
+            let row = ((t0 + i) * prm.vheads + hv) * V;
+            if (prm.pack_dt != 0u) {
+                for (var b = 0u; b < 4u; b += 2u) {
+                    let e = e0 + tx * 4u + b;
+                    if (e < V) {
+                        o16[(row + e) / 2u] = encode16(ov[b], prm.pack_dt)
+                            | (encode16(ov[b + 1u], prm.pack_dt) << 16u);
+                    }
+                }
+            } else {
+                for (var b = 0u; b < 4u; b++) {
+                    let e = e0 + tx * 4u + b;
+                    if (e < V) {
+                        outs[prm.off_o + row + e] = ov[b];
+                    }
+                }
+            }
+        }
+    }
+}
 
 var<workgroup> s_a: array<vec4<f32>, 256>;   // [16][64 / 4]: qdecᵀ or Pᵀ rows
 var<workgroup> s_b: array<vec4<f32>, 256>;   // [16][64 / 4]: h or V_new rows

@@ -1,38 +1,39 @@
-// prefill_state.wgsl: the sequential state pass of the chunked prefill (SPEC.md section 5,
-// steps 5-6), shared by gdn and kda (after the intra stage both carry a per-channel e^Γ_last).
-// One workgroup per (sequence, value head, value tile of BV columns); it walks the sequence's
-// chunks in order with its K x BV slice of the state in registers (and a copy in workgroup
-// memory for the W·S product):
+// prefill_state.wgsl: the sequential state pass of the chunked prefill (docs/spec.md, the
+// chunked algorithm, steps 5-6), shared by gdn and kda (after the intra stage both carry a
+// per-channel e^Γ_last). One workgroup per (sequence, value head, value tile of BV columns); it
+// walks the sequence's chunks in order with its K x BV slice of the state in registers (and a
+// copy in workgroup memory for the W·S product):
 //   h[c] = S                                  (the state entering chunk c, for the output pass)
 //   V_new = U − W·S                           (written over U)
 //   S ← e^Γ_last ⊙ S + kdecᵀ·V_new
 // then checkpoints after chunks that end on one, and the final state.
 //
-// v4 (bench/NOTES.md "WGSL v4"): v2 read Wᵀ and kdec rows straight from the workspace, 4 rows
-// ahead, with 16 invocations on each 16-byte row piece: ~48 dependent rounds of L2 loads per
-// chunk. Now a chunk is a fixed sequence of NS = NW + NU stages; each stage's operand part is one
-// contiguous span of the slot (a Wᵀ part: 64 rows d x 64 tokens; a kdec part: IP rows i x K4
-// channels), at most 1024 vec4s, which all 256 invocations load with coalesced vec4 loads (4
-// each) one stage ahead into registers, then store into s_a between two barriers:
-//   stage s:  barrier; s_a ← registers (+ S copy at s = 0, + V_new at s = NW);
+// A chunk is a fixed sequence of NS = NW + NU stages; each stage's operand part is one contiguous
+// span of the slot (a Wᵀ part: 64 rows d x 64 tokens; a kdec part: IP rows i x K4 channels), at
+// most 1024 vec4s, which all 256 invocations load with coalesced vec4 loads (4 each) one stage
+// ahead into registers, then store into s_a between two barriers:
+//   stage s:  barrier; s_a ← registers (+ S copy at s = 0, + the W·S partials at s = NW);
 //             load stage s + 1 (or stage 0 of the next chunk) into the registers; barrier;
+//             (s = NW: V_new from the partials; barrier;)
 //             s < NW: W·S over Wᵀ rows 64 s .., else S update over kdec rows (s − NW) IP ..
 // so a stage's global latency hides behind the previous stage's product, and the products read
 // only workgroup memory (vec4 loads, unrolled by 4, no branch inside). The next chunk's whole
-// Wᵀ/kdec span is still touched (one load per sector) at the start of each chunk, so the stage
-// loads hit L2 rather than HBM.
+// Wᵀ/kdec span is touched (one load per sector) at the start of each chunk, so the stage loads
+// hit L2 rather than HBM. Measured on the H200 (gdn 16/32 1 x 8192): 1.72 -> 1.33 ms against
+// reading Wᵀ and kdec rows straight from the workspace, 4 rows ahead.
 //
 // Grid: x + y * grid_n = sequence n, z = (hv − hv0) * nvt + value tile. 256 invocations.
-//   W·S: rows 4 rg .. 4 rg + 3 (rg = tid / 16), columns c0 = CW cg .. (cg = tid % 16, CW = BV / 16);
-//   S:   rows 4 sr .. 4 sr + 3 (sr = tid / (BV / 4)), columns 4 sc .. 4 sc + 3 (sc = tid % (BV / 4)).
-//   W·S with WS_SPLIT = 1 (the default, DELTARULE_WGPU_STATE_WS): SK = 16 / BQ splits (2 at BV =
-//   32, 4 at BV = 16), split kh = tid / (16 BQ) does the 4-row groups d = 4 kh + 4 SK m; rows
-//   4 rg2 .. (rg2 = (tid % 16 BQ) / BQ), columns 4 cq .. (cq = tid % BQ); the splits kh > 0 leave
-//   their sums in s_x at stage NW and kh = 0 adds them in split order (one more barrier).
+//   W·S: SK = 16 / BQ splits (2 at BV = 32, 4 at BV = 16; BQ = BV / 4); split kh = tid / (16 BQ)
+//   does the 4-row groups d = 4 kh + 4 SK m with a 4 x 4 block: rows 4 rg2 ..
+//   (rg2 = (tid % 16 BQ) / BQ), columns 4 cq .. (cq = tid % BQ), one Wᵀ vec4 and one S vec4 per
+//   16 FMAs; the splits kh > 0 leave their sums in s_x at stage NW and kh = 0 adds them in split
+//   order (one more barrier).
+//   S:   rows 4 sr .. 4 sr + 3 (sr = tid / BQ), columns 4 sc .. 4 sc + 3 (sc = tid % BQ).
 //   Parts: NW = ceil(K / 64) Wᵀ parts, NU = ceil(64 / IP) kdec parts, IP = min(64, 1024 / K4
-//   rounded down to 4) (K = 128: 2 + 2 stages, 8 barriers a chunk).
+//   rounded down to 4) (K = 128: 2 + 2 stages, 9 barriers a chunk).
 // Workgroup memory: s_a (16 KiB, the staged part), s_x (16 KiB: the S copy [K4][BQ] during W·S,
-// V_new [64][BQ] during the update, the sequence's chunk range before the loop): 32 KiB.
+// the V_new tile [64][BQ] and the W·S partials during the update, the sequence's chunk range
+// before the loop): 32 KiB.
 // Reads: aux (chunk and sequence tables), wsa (Wᵀ, kdec, e^Γ_last), st (initial state, dtype
 // state_dt, layout), wsu (U, [64, V4]). Writes: wsu (V_new), wsh (h, [K, V4] per chunk), outs
 // (checkpoints and dense or staged final states, f32, in the caller's layout), st (in-place f32
@@ -48,57 +49,16 @@
 // pool rows come from the host-built tables and were validated against the tensors' shapes
 // (indices in 0..P, unique); every tensor access to (d, e) is guarded by d < K, e < V; h stores
 // need e_s < V4 (e_s and V4 multiples of 4); workgroup indices: s_a[tid + 256 m] (m < 4) < 1024,
-// W·S reads s_a[d 16 + rg] with d < 64 and s_x[d BQ + c0 / 4] with d < K4 <= 1024 / BQ (K <= 128
-// when BV = 32), the update reads s_a[i KQ + sr] with i < IP, sr < KQ (IP KQ <= 1024) and
-// s_x[i BQ + sc] with i < 64; S copy stores need d_s < K4; V_new rows < 64 (64 BQ <= 512).
-// WS_SPLIT = 1 (SK = 16 / BQ, kh < SK): W·S reads s_a[d 16 + rg2] (d < 64, rg2 < 16) and
-// s_x[d BQ + cq] (d < K4, cq < BQ); partials at 64 BQ kh + (i2 + r) BQ + cq < 64 BQ SK = 1024,
-// after the V_new tile (rows < 64), which kh = 0 writes only after the partials' barrier.
+// W·S reads s_a[d 16 + rg2] (d < 64, rg2 < 16) and s_x[d BQ + cq] (d < K4 <= 1024 / BQ: K <= 128
+// when BV = 32), partials at 64 BQ kh + (i2 + r) BQ + cq < 64 BQ SK = 1024, after the V_new tile
+// (rows < 64), which kh = 0 writes only after the partials' barrier; the update reads
+// s_a[i KQ + sr] with i < IP, sr < KQ (IP KQ <= 1024) and s_x[i BQ + sc] with i < 64; S copy
+// stores need d_s < K4; V_new rows < 64 (64 BQ <= 512).
 
-// W·S tiling (DELTARULE_WGPU_STATE_WS): 0 = a 4 x CW block per invocation over all rows d;
-// 1 = a 4 x 4 block per invocation over every SK-th 4-row group of d (SK = 16 / BQ splits of
-// the workgroup), partial sums added through s_x (half the workgroup loads per FMA at BV = 32,
-// one more barrier per chunk).
-override WS_SPLIT: u32 = 0u;
+override BV: u32 = 32u;   // 16 (K <= 256) or 32 (K <= 128)
 
 var<workgroup> s_a: array<vec4<f32>, 1024>;   // the staged part: Wᵀ [64][16] or kdec [IP][K4 / 4]
 var<workgroup> s_x: array<vec4<f32>, 1024>;   // S copy [K4][BV / 4], or V_new [64][BV / 4]
-
-// U of row i, columns eg, eg + 1 (the second only when BV = 32), zero outside the chunk.
-fn load_u(base_u: u32, i: u32, eg: u32, l: u32) -> vec2<f32> {
-    let V4 = k4(HEAD_V);
-    var u = vec2<f32>(0.0);
-    if (i < l) {
-        if (eg < HEAD_V) {
-            u.x = wsu[base_u + i * V4 + eg];
-        }
-        if (BV == 32u && eg + 1u < HEAD_V) {
-            u.y = wsu[base_u + i * V4 + eg + 1u];
-        }
-    }
-    return u;
-}
-
-// V_new of row i, columns el, el + 1 of the tile (global eg): into wsu and the V_new tile in s_x
-// (zeros outside the chunk, so the S update may run over whole 4-row groups).
-fn put_vnew(base_u: u32, i: u32, eg: u32, el: u32, l: u32, v: vec2<f32>) {
-    let V4 = k4(HEAD_V);
-    let BQ = BV / 4u;
-    var x = 0.0;
-    if (eg < HEAD_V && i < l) {
-        x = v.x;
-        wsu[base_u + i * V4 + eg] = x;
-    }
-    s_x[i * BQ + el / 4u][el & 3u] = x;
-    if (BV == 32u) {
-        var y = 0.0;
-        if (eg + 1u < HEAD_V && i < l) {
-            y = v.y;
-            wsu[base_u + i * V4 + eg + 1u] = y;
-        }
-        s_x[i * BQ + (el + 1u) / 4u][(el + 1u) & 3u] = y;
-    }
-}
 
 // U of row i, columns e .. e + 3 (e a multiple of 4), zero outside the chunk and beyond V4.
 fn load_u4(base_u: u32, i: u32, e: u32, l: u32) -> vec4<f32> {
@@ -128,14 +88,17 @@ fn put_vnew4(base_u: u32, i: u32, e: u32, cq: u32, l: u32, v: vec4<f32>) {
     s_x[i * BQ + cq] = x;
 }
 
-// Columns c0 (and c0 + 1 when BV = 32) of the S copy, row d.
-fn s_pair(d: u32, c0: u32) -> vec2<f32> {
-    let BQ = BV / 4u;
-    let v = s_x[d * BQ + c0 / 4u];
-    if (BV == 32u) {
-        return select(v.xy, v.zw, (c0 & 2u) != 0u);
+// h[c] = S ([K][V4] at vec4 q_h; the padding columns hold the zeros of S beyond V).
+fn put_h(q_h: u32, d_s: u32, e_s: u32, s0: vec4<f32>, s1: vec4<f32>, s2: vec4<f32>, s3: vec4<f32>) {
+    let K = HEAD_K;
+    let V4 = k4(HEAD_V);
+    if (e_s < V4) {
+        let qe = q_h + e_s / 4u;
+        if (d_s < K) { wsh[qe + d_s * V4 / 4u] = s0; }
+        if (d_s + 1u < K) { wsh[qe + (d_s + 1u) * V4 / 4u] = s1; }
+        if (d_s + 2u < K) { wsh[qe + (d_s + 2u) * V4 / 4u] = s2; }
+        if (d_s + 3u < K) { wsh[qe + (d_s + 3u) * V4 / 4u] = s3; }
     }
-    return vec2<f32>(v[c0 & 3u], 0.0);
 }
 
 @compute @workgroup_size(256)
@@ -154,17 +117,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let hv = prm.hv0 + z;
     let HV = prm.vheads;
     let BQ = BV / 4u;                      // vec4 columns of the slice
-    let CW = BV / 16u;                     // W·S columns an invocation
     let NW = n_wparts();
     let NS = NW + n_uparts();
     let IP = kd_rows();
-    // W·S mapping
-    let rg = tid / 16u;
-    let cg = tid % 16u;
-    let c0 = CW * cg;
-    let eg0 = vt * BV + c0;
-    let i0 = 4u * rg;
-    // W·S mapping of WS_SPLIT = 1: split kh of SK, rows 4 rg2 .., columns 4 cq ..
+    // W·S mapping: split kh of SK, rows 4 rg2 .., columns 4 cq ..
     let SK = 16u / BQ;
     let kh = tid / (16u * BQ);
     let rg2 = (tid % (16u * BQ)) / BQ;
@@ -231,15 +187,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let t7 = touch(qn, tid + 1792u);
 
         // This chunk's U entries and e^Γ_last, used after W·S.
-        let u0 = load_u(base_u, i0, eg0, l);
-        let u1 = load_u(base_u, i0 + 1u, eg0, l);
-        let u2 = load_u(base_u, i0 + 2u, eg0, l);
-        let u3 = load_u(base_u, i0 + 3u, eg0, l);
         var v0 = vec4<f32>(0.0);
         var v1 = vec4<f32>(0.0);
         var v2 = vec4<f32>(0.0);
         var v3 = vec4<f32>(0.0);
-        if (WS_SPLIT == 1u && kh == 0u) {
+        if (kh == 0u) {
             v0 = load_u4(base_u, i2, e2, l);
             v1 = load_u4(base_u, i2 + 1u, e2, l);
             v2 = load_u4(base_u, i2 + 2u, e2, l);
@@ -250,9 +202,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // h[c] = S
         put_h(q_h, d_s, e_s, s0, s1, s2, s3);
 
-        var a0 = vec4<f32>(0.0);
-        var a1 = vec4<f32>(0.0);
-        var b0 = vec4<f32>(0.0);   // WS_SPLIT = 1: row i2 + r, columns e2 ..
+        var b0 = vec4<f32>(0.0);   // W·S: row i2 + r, columns e2 ..
         var b1 = vec4<f32>(0.0);
         var b2 = vec4<f32>(0.0);
         var b3 = vec4<f32>(0.0);
@@ -270,20 +220,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 s_x[(d_s + 2u) * BQ + sc] = s2;
                 s_x[(d_s + 3u) * BQ + sc] = s3;
             }
-            if (WS_SPLIT == 1u && s == NW && kh > 0u) {
+            if (s == NW && kh > 0u) {
                 // partial sums of split kh after the V_new tile (64 BQ SK <= 1024 vec4s)
                 let pb = 64u * BQ * kh + i2 * BQ + cq;
                 s_x[pb] = b0;
                 s_x[pb + BQ] = b1;
                 s_x[pb + 2u * BQ] = b2;
                 s_x[pb + 3u * BQ] = b3;
-            }
-            if (WS_SPLIT == 0u && s == NW) {
-                // V_new = U − W·S (over the S copy: W·S is complete)
-                put_vnew(base_u, i0, eg0, c0, l, u0 - vec2<f32>(a0.x, a1.x));
-                put_vnew(base_u, i0 + 1u, eg0, c0, l, u1 - vec2<f32>(a0.y, a1.y));
-                put_vnew(base_u, i0 + 2u, eg0, c0, l, u2 - vec2<f32>(a0.z, a1.z));
-                put_vnew(base_u, i0 + 3u, eg0, c0, l, u3 - vec2<f32>(a0.w, a1.w));
             }
             // the next stage's operands (this chunk's, or stage 0 of the next chunk)
             let last = s + 1u == NS;
@@ -296,7 +239,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 r3 = stage_ld(q, sp, tid + 768u);
             }
             workgroupBarrier();
-            if (WS_SPLIT == 1u && s == NW) {
+            if (s == NW) {
                 // V_new = U − (sum of the SK partials, in split order)
                 if (kh == 0u) {
                     for (var k = 1u; k < SK; k++) {
@@ -314,7 +257,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 workgroupBarrier();
             }
 
-            if (s < NW && WS_SPLIT == 1u) {
+            if (s < NW) {
                 // W·S for rows i2 .. i2 + 3, columns e2 .. e2 + 3 over the 4-row groups
                 // d = 4 kh + 4 SK m of Wᵀ rows d0 .. d0 + 63
                 let d0 = 64u * s;
@@ -332,25 +275,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     b1 += w0.y * x0 + w1.y * x1 + w2.y * x2 + w3.y * x3;
                     b2 += w0.z * x0 + w1.z * x1 + w2.z * x2 + w3.z * x3;
                     b3 += w0.w * x0 + w1.w * x1 + w2.w * x2 + w3.w * x3;
-                }
-            } else if (s < NW) {
-                // W·S for rows i0 .. i0 + 3, columns c0 (a0) and c0 + 1 (a1), over Wᵀ rows
-                // d0 .. d0 + 63 (rows >= K are zero in s_a and in the S copy)
-                let d0 = 64u * s;
-                let nd = min(64u, K - d0);
-                for (var d = 0u; d < nd; d += 4u) {
-                    let w0 = s_a[d * 16u + rg];
-                    let w1 = s_a[(d + 1u) * 16u + rg];
-                    let w2 = s_a[(d + 2u) * 16u + rg];
-                    let w3 = s_a[(d + 3u) * 16u + rg];
-                    let x0 = s_pair(d0 + d, c0);
-                    let x1 = s_pair(d0 + d + 1u, c0);
-                    let x2 = s_pair(d0 + d + 2u, c0);
-                    let x3 = s_pair(d0 + d + 3u, c0);
-                    a0 += w0 * x0.x + w1 * x1.x + w2 * x2.x + w3 * x3.x;
-                    if (BV == 32u) {
-                        a1 += w0 * x0.y + w1 * x1.y + w2 * x2.y + w3 * x3.y;
-                    }
                 }
             } else {
                 // S ← e^Γ_last ⊙ S + kdecᵀ·V_new over kdec rows i0g .. of the chunk (V_new is

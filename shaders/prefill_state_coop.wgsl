@@ -1,114 +1,76 @@
 // prefill_state_coop.wgsl: the sequential state pass of prefill_state.wgsl (same bindings 0-6,
-// workspace U/h, outputs and state mapping, prelude state.wgsl) with its two products on
-// cooperative matrices: 16 x 16 x 16 tiles, f16 operands, f32 accumulation (tensor cores on
-// NVIDIA's Vulkan driver). This is the `coop` kernel's state pass; its tolerance is the
-// tensor-core class of SPEC.md section 9 (W, S, kdec and V_new enter the products as f16; the
-// running state, U, V_new in the workspace, h and every sum stay f32).
+// workspace U, outputs and state mapping, prelude state.wgsl) with its products on cooperative
+// matrices, and the output pass folded in: 16 x 16 x 16 tiles, f16 operands, f32 accumulation
+// (tensor cores on NVIDIA's Vulkan driver). This is the `coop` kernel's state and output pass;
+// its tolerance is the tensor-core class of the numerical contract (docs/spec.md): W, S, kdec,
+// V_new, qdec and P enter the products as f16; the running state, U, every sum and o stay f32.
 //
-// v2: W and kdec come as f16 from ws16 (binding 7), written by the intra stage (slot layout:
-// common.wgsl's ws16_slot; then Wᵀ [K][64] and kdec [64][K]), and the matrix operations read them
-// straight from storage: no staging through workgroup memory (v1 staged the f32 wsa parts as
-// f16 in four stages of two barriers each per chunk; 1.19 ms at gdn 16/32 1x8192). Per chunk:
-//   S as f16 into s_s16; barrier;
-//   W·S: subgroup g's 16 x 16 tile of the [64][32] product (W read column-major from Wᵀ in
-//   storage, S row-major from s_s16), K / 16 k-steps, to s_c; barrier;
-//   V_new = U − W·S (zero beyond the chunk) into wsu (f32) and s_v16 (f16), S scaled by
-//   e^Γ_last; barrier;
-//   ΔS = kdecᵀ·V_new: subgroup g's K / 64 tiles of the [K][32] product (kdecᵀ read column-major
-//   from kdec in storage, V_new row-major from s_v16), 4 k-steps, to s_c; barrier; S += ΔS.
+// The A operands W, kdecᵀ, qdec and P come as f16 tiles from ws16 (binding 7, written by the
+// intra stage; slot layout: common.wgsl's ws16_slot) and the matrix operations read them
+// straight from storage, 512 contiguous bytes a tile. Per chunk:
+//   S as f16 into s_s16; barrier; the previous chunk's o leaves (below);
+//   W·S: subgroup g's 16 x 16 tile of the [64][32] product (S row-major from s_s16), K / 16
+//   k-steps, to s_c; beside it o's qdec·h over the same B tiles (h is S); barrier;
+//   V_new = U − W·S (zero beyond the chunk) into s_v16 (f16), S scaled by e^Γ_last; barrier;
+//   ΔS = kdecᵀ·V_new: subgroup g's K / 64 tiles of the [K][32] product (V_new row-major from
+//   s_v16), 4 k-steps, to s_c; beside it o's P·V_new over the same B tiles; barrier; S += ΔS.
+// The W and qdec tiles of a chunk, its U row and e^Γ_last are loaded one chunk ahead (chunk
+// c + 1's at the end of chunk c's products, chunk c_begin's before the loop): they do not depend
+// on S, so their latency runs under the S update, the stores and barriers between. The kdecᵀ
+// and P tiles are issued after the chunk's W·S products, so fewer tiles are live at once (with
+// all 28 A tiles of a chunk live, ~112 registers an invocation). Measured on the H200 (gdn 16/32
+// and kda 32/32 1 x 8192): state pass 0.967 -> 0.955 ms and 0.963 -> 0.954 ms against loading
+// them one chunk ahead with W.
 //
-// v3 (session 12): every A operand of a chunk (the K / 16 W tiles, the 4 (K / 64) kdec tiles) is
-// loaded from storage one chunk ahead, at the end of the previous chunk's products, instead of
-// one storage load per k-step inside the product loops (the products are unrolled); so are the
-// invocation's U row and e^Γ_last (chunk_in).
+// o = qdec·h + P·V_new: subgroup g accumulates its 16 x 16 tile of the chunk's [64][32] o tile
+// (rows 16 (g / 2) .., columns 16 (g % 2) .., the W·S tile's place) over the B loads W·S and ΔS
+// already make: K / 16 MMAs with the qdec tiles beside W·S, 4 with the P tiles beside ΔS. The
+// tile leaves one chunk late, through s_c rows 64 .. between the next chunk's first two barriers
+// (nothing else uses those rows there: no barrier added), and each invocation writes its o row
+// vi, columns e_v .. e_v + 7 (put_o8); the last chunk's after the loop. h and V_new are never
+// stored and no separate output pass runs: measured on the H200 (gdn 16/32 1 x 8192) the fused
+// pass costs 1.021 ms against 0.815 + 0.379 ms for the state pass and a cooperative-matrix
+// output pass over h and V_new stored as f16 (gdn call 2.164 against 2.332 ms). Workgroup memory
+// is 29 KiB: lavapipe's 32 KiB holds it, so CI's emulation runs it.
 //
-// v4 (session 13, FUSE_O = 1, the coop kernel's default): the output pass folded in. o of the
-// chunk is qdec·h + P·V_new, and both B operands are already here: h is S as f16 in s_s16 (the
-// B tiles W·S loads) and V_new is s_v16 (the B tiles ΔS loads). So subgroup g also accumulates
-// its 16 x 16 tile of the [64][32] o tile (rows 16 (g / 2) .., columns 16 (g % 2) .., the W·S
-// tile's place) over the same B loads: K / 16 MMAs with the qdecᵀ tiles beside W·S, 4 with the
-// Pᵀ tiles beside ΔS, qdecᵀ and Pᵀ (ws16, from the intra stage) loaded one chunk ahead with W.
-// The tile leaves one chunk late, through s_c rows 64 .. between the next chunk's first two
-// barriers (nothing else uses those rows there: no barrier added), and each invocation writes
-// its o row vi, columns e_v .. e_v + 7 (put_o8); the last chunk's after the loop. h and V_new are then
-// not stored at all (neither f16 into ws16 nor f32 into wsh / wsu) and no output pass runs:
-// what the fused pass saves is that pass (0.376 ms at gdn 16/32 1x8192 on the H200, session 13)
-// and the state pass's 24 two-byte stores an invocation and chunk. FUSE_O = 0 keeps v3 with its
-// output pass (DELTARULE_WGPU_FUSE_O=0). Workgroup memory is unchanged (29 KiB: lavapipe's
-// 32 KiB still holds it, so CI's emulation runs it).
-//
-// Since session 13 the intra stages store the A operands row-major (W [64][K], kdecᵀ [K][64],
-// qdec [64][K], P [64][64]) and every matrix load here is row-major (coopLoadT): loading only
-// the W tiles that way, as a timing probe over the old layout, took the pass from 1.021 to
-// 0.945 ms on the H200 (gdn and kda 1x8192).
-//
-// v5 (session 14, TILED): the intra stage stores those A operands as contiguous 16 x 16 tiles
-// (common.wgsl's a16_tile), so each matrix load here reads 512 contiguous bytes with stride 16
-// instead of 16 rows 2 K (or 128) bytes apart. Timing probes on the H200 (s14c) had shown the
-// pass waiting on these loads (skipping the steady state's W and qdec loads: 0.956 -> 0.737 ms;
-// the late kdecᵀ and P loads: 0.956 -> 0.756); tiled, the pass measured 0.95 -> 0.60 ms at gdn
-// 16/32 and kda 32/32 1 x 8192 (s14d; predicted 0.75-0.85), golden errors unchanged.
-//
-// Needs: K in {64, 128}, V a multiple of 32 (the host's coop rule), BV = 32 (the prelude's
-// default; the host passes no BV), 256 invocations in 8 subgroups of 32 (Gpu::coop checks the
-// adapter's subgroup size). Every cooperative-matrix operation runs in workgroup-uniform control
-// flow (loops over override constants and the workgroup-uniform chunk range, no branch on a loop
+// Needs: K in {64, 128}, V a multiple of 32 (the host's coop rule), a 32-column value tile (the
+// host passes no BV), 256 invocations in 8 subgroups of 32 (Gpu::coop checks the adapter's
+// subgroup size). Every cooperative-matrix operation runs in workgroup-uniform control flow
+// (loops over override constants and the workgroup-uniform chunk range, no branch on a loop
 // counter: naga treats those as non-uniform); only the tile offsets depend on the subgroup id.
 //
-// Grid and S mapping: as prefill_state.wgsl (BV = 32: rows 4 sr .., sr = tid / 8, columns
+// Grid and S mapping: as prefill_state.wgsl with BV = 32 (rows 4 sr .., sr = tid / 8, columns
 // 4 sc .., sc = tid % 8). V_new mapping: row vi = tid / 4, local columns vc .. vc + 7,
 // vc = 8 (tid % 4). W·S tile of subgroup g: rows 16 (g / 2) .., columns 16 (g % 2) ..; ΔS tiles
 // rows 16 (g / 2) .. and, at K = 128, 16 (g / 2 + 4) ..; columns 16 (g % 2) ...
 // Workgroup memory: s_s16 8 KiB, s_v16 4 KiB, s_c 16 KiB, s_zero 1 KiB, s_mt 16 B (29 KiB).
 //
-// (A-operand offsets go through common.wgsl's a16_off / a16_tile: with TILED, the default, a
-// permutation of the same [rows][columns] region, 16 x 16 tiles stored one after another, so the
-// bounds below, stated for the row-major form, hold for both.)
-// SAFETY (unchecked module): as prefill_state.wgsl for wsa (e^Γ_last), wsu, wsh, st and outs (U
-// and V_new columns e_v + 7 < V because V is a multiple of 32 and vt < V / 32). ws16 reads stay
-// in slot (c hvb + z) of ws16_slot(K, V) halves, which the host sized for hvb x chunks
-// slots: W tiles at (16 wi + r) K + 16 k + c < 64 K (k < K / 16, wi < 4; r, c < 16), kdecᵀ
-// tiles at 64 K + (16 td + r) 64 + 16 k + c < 128 K (k < 4, td < K / 16); with OUT16
-// h at ws16_h + (d_s + 3) V + e_s + 3 < ws16_vn (d_s + 3 < K, e_s + 3 < V) and V_new at
-// ws16_vn + vi V + e_v + 3 < ws16_vn + 64 V (vi < 64, e_v + 3 < V). Workgroup indices: s_s16
+// SAFETY (unchecked module): as prefill_state.wgsl for wsa (e^Γ_last), wsu, st and outs (U
+// columns e_v + 7 < V because V is a multiple of 32 and vt < V / 32). ws16 reads stay in slot
+// (c hvb + z) of ws16_slot(K) halves, which the host sized for hvb x chunks slots (bounds of the
+// row-major form; the tiles permute the same regions): W tiles at (16 wi + r) K + 16 k + c < 64 K
+// (k < K / 16, wi < 4; r, c < 16), kdecᵀ tiles at 64 K + (16 td + r) 64 + 16 k + c < 128 K
+// (k < 4, td < K / 16), qdec tiles at ws16_qd + (16 wi + r) K + 16 k + c < ws16_p (k < K / 16)
+// and P tiles at ws16_p + (16 wi + r) 64 + 16 k + c < ws16_slot (k < 4). Workgroup indices: s_s16
 // (16 k + r) 32 + 16 wc + c < 32 K <= 4096; s_v16 (16 k + r) 32 + 16 wc + c < 2048; s_c tiles
-// inside [64][32] (W·S, o) and [K][32] (ΔS); S copy rows d_s + 3 < K; V_new rows vi < 64,
-// columns vc + 7 < 32. FUSE_O: qdec tiles at ws16_qd + (16 wi + r) K + 16 k + c < ws16_p
-// (k < K / 16) and P tiles at ws16_p + (16 wi + r) 64 + 16 k + c < ws16_h (k < 4), in the same
-// slot; put_o8 writes rows vi < L of the chunk (t0 + vi < T from the chunk table) and columns
-// e_v .. e_v + 7 < V (as for U): outs[off_o + ((t0 + vi) HV + hv) V + e] (f32), or the 16-bit
-// pairs of o16 when pack_dt is set ((t0 + vi) HV + hv) V + e_v is even: V and e_v are multiples
-// of 8).
+// inside [64][32] (W·S), [K][32] (ΔS) and rows 64 .. 127 (o); S copy rows d_s + 3 < K; V_new rows
+// vi < 64, columns vc + 7 < 32. put_o8 writes rows vi < L of the chunk (t0 + vi < T from the
+// chunk table) and columns e_v .. e_v + 7 < V (as for U): outs[off_o + ((t0 + vi) HV + hv) V + e]
+// (f32), or the 16-bit pairs of o16 when pack_dt is set (((t0 + vi) HV + hv) V + e_v is even: V
+// and e_v are multiples of 8).
 
 @group(0) @binding(7) var<storage, read_write> ws16: array<f16>;
 
-// 1 (gdn): h and V_new go to ws16 as f16 for the cooperative-matrix output pass
-// (prefill_output_coop.wgsl) instead of f32 into wsh / wsu; 0 (kda): f32, for prefill_output.wgsl.
-override OUT16: u32 = 0u;
-// 1: the output pass folded in (v4, see above); 0: v3, h and V_new stored for an output pass.
-override FUSE_O: u32 = 0u;
-
-// Tuning (DELTARULE_WGPU_STATE_LATE, the host's default 1 since session 14): 0 loads the kdecᵀ
-// (and P) tiles of a chunk one chunk ahead with W; 1 issues them after the chunk's W·S products,
-// so fewer tiles are live at once (all 28 A tiles of a chunk were, with FUSE_O: ~112 registers
-// an invocation). H200, session 14 (h200_s13z.sh, two rounds): state pass 0.967 -> 0.955 ms (gdn
-// 16/32 1 x 8192) and 0.963 -> 0.954 (kda 32/32): a small, repeatable gain.
-override LATE_B: u32 = 0u;
-// Diagnosis only (DELTARULE_WGPU_PROBE, shared with the intra stages' bits; 0 in production,
-// results wrong by design): 16384 skips the steady state's W and qdec tile loads (chunk c_begin's
-// tiles are used for every chunk), 32768 the late kdecᵀ and P loads (LATE_B = 1: left unloaded).
-override PROBE: u32 = 0u;
-
-// o as the caller's 16-bit dtype (FUSE_O with pack_dt set; else a dummy binding)
+// o as the caller's 16-bit dtype (pack_dt set; else a dummy binding)
 @group(0) @binding(8) var<storage, read_write> o16: array<u32>;
 
 var<workgroup> s_s16: array<f16, 4096>;   // S [K][32] (f16, operand of W·S)
 var<workgroup> s_v16: array<f16, 2048>;   // V_new [64][32] (f16, operand of ΔS)
 var<workgroup> s_c: array<f32, 4096>;     // W·S [64][32], then ΔS [K][32]
-// 16 bytes, like every other workgroup variable here. On the H200 (session 3) the pass gave wrong
-// sums with an 8-byte s_mt (vec2<u32>) and exact ones with this, all else equal; the likely cause
-// is the alignment of the arrays the matrix operations address (the driver orders workgroup
-// variables itself), though a probe with an 8-byte variable first did not reproduce it
+// 16 bytes, like every other workgroup variable here. On the H200 the pass gives wrong sums with
+// an 8-byte s_mt (vec2<u32>) and exact ones with this, all else equal; the likely cause is the
+// alignment of the arrays the matrix operations address (the driver orders workgroup variables
+// itself), though a probe with an 8-byte variable first does not reproduce it
 // (backends/wgpu/tests/coop.rs). Keep every workgroup variable a multiple of 16 bytes.
 var<workgroup> s_mt: vec4<u32>;
 var<workgroup> s_zero: array<f32, 256>;   // a zero 16 x 16 tile: the accumulators start from it
@@ -137,26 +99,11 @@ fn u4(base_u: u32, i: u32, e: u32, l: u32) -> vec4<f32> {
     return vec4<f32>(wsu[o], wsu[o + 1u], wsu[o + 2u], wsu[o + 3u]);
 }
 
-// V_new row i, columns e .. e + 3 (local c .. c + 3): into wsu inside the chunk (OUT16 = 0) or
-// into ws16 at vn16 (OUT16 = 1, every row, zeros outside the chunk), and into s_v16.
-fn put_vnew16(base_u: u32, vn16: u32, i: u32, e: u32, c: u32, l: u32, v: vec4<f32>) {
+// V_new row i, local columns c .. c + 3 as f16 into s_v16 (zeros outside the chunk).
+fn put_vnew16(i: u32, c: u32, l: u32, v: vec4<f32>) {
     var x = vec4<f32>(0.0);
     if (i < l) {
         x = v;
-        if (OUT16 == 0u && FUSE_O == 0u) {
-            let o = base_u + i * k4(HEAD_V) + e;
-            wsu[o] = x.x;
-            wsu[o + 1u] = x.y;
-            wsu[o + 2u] = x.z;
-            wsu[o + 3u] = x.w;
-        }
-    }
-    if (OUT16 == 1u && FUSE_O == 0u) {
-        let o = vn16 + i * HEAD_V + e;
-        ws16[o] = f16(x.x);
-        ws16[o + 1u] = f16(x.y);
-        ws16[o + 2u] = f16(x.z);
-        ws16[o + 3u] = f16(x.w);
     }
     let q = i * 32u + c;
     s_v16[q] = f16(x.x);
@@ -165,30 +112,7 @@ fn put_vnew16(base_u: u32, vn16: u32, i: u32, e: u32, c: u32, l: u32, v: vec4<f3
     s_v16[q + 3u] = f16(x.w);
 }
 
-// h rows d .. d + 3, columns e .. e + 3 as f16 into ws16 at h16 ([K][V], OUT16 = 1).
-fn put_h16(h16: u32, d: u32, e: u32, s0: vec4<f32>, s1: vec4<f32>, s2: vec4<f32>, s3: vec4<f32>) {
-    if (d < HEAD_K) {
-        let o = h16 + d * HEAD_V + e;
-        ws16[o] = f16(s0.x);
-        ws16[o + 1u] = f16(s0.y);
-        ws16[o + 2u] = f16(s0.z);
-        ws16[o + 3u] = f16(s0.w);
-        ws16[o + HEAD_V] = f16(s1.x);
-        ws16[o + HEAD_V + 1u] = f16(s1.y);
-        ws16[o + HEAD_V + 2u] = f16(s1.z);
-        ws16[o + HEAD_V + 3u] = f16(s1.w);
-        ws16[o + 2u * HEAD_V] = f16(s2.x);
-        ws16[o + 2u * HEAD_V + 1u] = f16(s2.y);
-        ws16[o + 2u * HEAD_V + 2u] = f16(s2.z);
-        ws16[o + 2u * HEAD_V + 3u] = f16(s2.w);
-        ws16[o + 3u * HEAD_V] = f16(s3.x);
-        ws16[o + 3u * HEAD_V + 1u] = f16(s3.y);
-        ws16[o + 3u * HEAD_V + 2u] = f16(s3.z);
-        ws16[o + 3u * HEAD_V + 3u] = f16(s3.w);
-    }
-}
-
-// FUSE_O: o row i of a chunk (i < l), columns e .. e + 7, from s_c rows 64 .. (local columns
+// o row i of a chunk (i < l), columns e .. e + 7, from s_c rows 64 .. (local columns
 // c .. c + 7 of the [64][32] tile there): f32 into outs, or rounded to the caller's 16-bit dtype
 // into o16 (pack_dt).
 fn put_o8(t0: u32, l: u32, hv: u32, i: u32, e: u32, c: u32) {
@@ -278,13 +202,11 @@ fn main(
     var s2 = init4(init_row, hv, d_s + 2u, e_s);
     var s3 = init4(init_row, hv, d_s + 3u, e_s);
 
-    // Every A operand of a chunk from storage, issued together (v3, session 12): the K / 16
-    // tiles of W for W·S and the 4 (K / 64) tiles of kdec for ΔS, for chunk c_begin here and for
-    // chunk c + 1 at the end of chunk c's products. They do not depend on S, so their latency
-    // runs under the S update, the stores and barriers between; in the product loops of v2 each
-    // k-step waited for its own storage load, and the kdec loads sat behind the barrier in front
-    // of ΔS. (K = 64: the last tiles are not loaded and not multiplied. Declared unassigned, they
-    // are loaded before any use: only a sequence with chunks runs the loop.)
+    // The A operands of a chunk from storage: the K / 16 tiles of W for W·S and of qdec for o,
+    // for chunk c_begin here and for chunk c + 1 at the end of chunk c's products; the 4 (K / 64)
+    // tiles of kdecᵀ for ΔS and the 4 of P for o after the chunk's W·S products. (K = 64: the
+    // last tiles are not loaded and not multiplied. Declared unassigned, they are loaded before
+    // any use: only a sequence with chunks runs the loop.)
     var wa0: coop_mat16x16<f16, A>;
     var wa1: coop_mat16x16<f16, A>;
     var wa2: coop_mat16x16<f16, A>;
@@ -301,7 +223,7 @@ fn main(
     var kb1: coop_mat16x16<f16, A>;
     var kb2: coop_mat16x16<f16, A>;
     var kb3: coop_mat16x16<f16, A>;
-    // FUSE_O: the qdec tiles (beside W) and P tiles (beside kdecᵀ) of o's products
+    // the qdec tiles (beside W) and P tiles (beside kdecᵀ) of o's products
     var qa0: coop_mat16x16<f16, A>;
     var qa1: coop_mat16x16<f16, A>;
     var qa2: coop_mat16x16<f16, A>;
@@ -319,56 +241,36 @@ fn main(
     // control flow; the loads are written out twice, as WGSL has no arrays of matrices)
     // (U and e^Γ_last likewise one chunk ahead, `nxt`)
     var nxt: ChunkIn;
-    // FUSE_O: chunk c's o tile leaves one chunk late (through s_c rows 64 .., which nothing else
-    // uses between the top barrier and the ΔS store), so it adds no barrier; po_* name its rows
+    // chunk c's o tile leaves one chunk late (through s_c rows 64 .., which nothing else uses
+    // between the top barrier and the ΔS store), so it adds no barrier; po_* name its rows
     var acc_o = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
     var po_t0 = 0u;
     var po_l = 0u;
     if (c_begin < c_end) {
         nxt = chunk_in(c_begin, z, vi, e_v, sr);
         {
-            let wl = (c_begin * prm.hvb + z) * ws16_slot(K, HEAD_V);
-            wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 0u, K)], a16_ld(K));
-            wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 1u, K)], a16_ld(K));
-            wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 2u, K)], a16_ld(K));
-            wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 3u, K)], a16_ld(K));
+            let wl = (c_begin * prm.hvb + z) * ws16_slot(K);
+            wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 0u, K)], TILE_STRIDE);
+            wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 1u, K)], TILE_STRIDE);
+            wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 2u, K)], TILE_STRIDE);
+            wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 3u, K)], TILE_STRIDE);
             if (K == 128u) {
-                wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 4u, K)], a16_ld(K));
-                wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 5u, K)], a16_ld(K));
-                wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 6u, K)], a16_ld(K));
-                wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 7u, K)], a16_ld(K));
+                wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 4u, K)], TILE_STRIDE);
+                wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 5u, K)], TILE_STRIDE);
+                wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 6u, K)], TILE_STRIDE);
+                wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 7u, K)], TILE_STRIDE);
             }
-            if (FUSE_O == 1u) {
+            {
                 let ql = wl + ws16_qd(K);
-                qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 0u, K)], a16_ld(K));
-                qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 1u, K)], a16_ld(K));
-                qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 2u, K)], a16_ld(K));
-                qa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 3u, K)], a16_ld(K));
+                qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 0u, K)], TILE_STRIDE);
+                qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 1u, K)], TILE_STRIDE);
+                qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 2u, K)], TILE_STRIDE);
+                qa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 3u, K)], TILE_STRIDE);
                 if (K == 128u) {
-                    qa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 4u, K)], a16_ld(K));
-                    qa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 5u, K)], a16_ld(K));
-                    qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 6u, K)], a16_ld(K));
-                    qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 7u, K)], a16_ld(K));
-                }
-            }
-            if (LATE_B == 0u) {
-                let kl = wl + 64u * K;
-                ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
-                ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
-                ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
-                ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
-                if (K == 128u) {
-                    kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 0u, 64u)], a16_ld(64u));
-                    kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 1u, 64u)], a16_ld(64u));
-                    kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 2u, 64u)], a16_ld(64u));
-                    kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 3u, 64u)], a16_ld(64u));
-                }
-                if (FUSE_O == 1u) {
-                    let pl = wl + ws16_p(K);
-                    pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
-                    pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
-                    pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
-                    pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
+                    qa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 4u, K)], TILE_STRIDE);
+                    qa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 5u, K)], TILE_STRIDE);
+                    qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 6u, K)], TILE_STRIDE);
+                    qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 7u, K)], TILE_STRIDE);
                 }
             }
         }
@@ -379,21 +281,11 @@ fn main(
         let l = aux[ca + 1u];
         let ck = aux[ca + 3u];
         let slot = c * prm.hvb + z;
-        let base_u = slot * 64u * V4;
-        let q_h = slot * K * V4 / 4u;
-        let w16 = slot * ws16_slot(K, HEAD_V);   // the slot's first half
+        let w16 = slot * ws16_slot(K);   // the slot's first half
 
         let ua = nxt.ua;
         let ub = nxt.ub;
         let gl = nxt.gl;
-
-        if (FUSE_O == 0u) {
-            if (OUT16 == 1u) {
-                put_h16(w16 + ws16_h(K), d_s, e_s, s0, s1, s2, s3);
-            } else {
-                put_h(q_h, d_s, e_s, s0, s1, s2, s3);
-            }
-        }
 
         // S as f16 (orders the previous chunk's reads of s_s16 and s_c before these stores)
         workgroupBarrier();
@@ -406,19 +298,14 @@ fn main(
         // the previous chunk's o tile (zeros before the first chunk, which writes none); the last
         // reads of s_c (the S update) came before the barrier above
         let po = 2048u + 16u * wi * 32u + 16u * wc;
-        if (FUSE_O == 1u) {
-            coopStoreT(acc_o, &s_c[po], 32u);
-        }
+        coopStoreT(acc_o, &s_c[po], 32u);
         workgroupBarrier();
-        if (FUSE_O == 1u) {
-            // (read before this invocation's W·S work; the next store into rows 64 .. is the ΔS
-            // one, two barriers later)
-            put_o8(po_t0, po_l, hv, vi, e_v, vc);
-        }
+        // (read before this invocation's W·S work; the next store into rows 64 .. is the ΔS one,
+        // two barriers later)
+        put_o8(po_t0, po_l, hv, vi, e_v, vc);
 
-        // W·S: accumulators start from a zero tile (a zero-valued declaration gave garbage with
-        // wgpu's own module path, session 3)
-        // (FUSE_O: o's qdec·h over the same B tiles, h being this S)
+        // W·S: accumulators start from a zero tile (a zero-valued declaration gives garbage with
+        // wgpu's own module path); beside it o's qdec·h over the same B tiles, h being this S
         var acc_w = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
         acc_o = coopLoadT<coop_mat16x16<f32, C>>(&s_zero[0], 16u);
         let sw = 16u * wc;
@@ -431,12 +318,10 @@ fn main(
             acc_w = coopMultiplyAdd(wa1, h1, acc_w);
             acc_w = coopMultiplyAdd(wa2, h2, acc_w);
             acc_w = coopMultiplyAdd(wa3, h3, acc_w);
-            if (FUSE_O == 1u) {
-                acc_o = coopMultiplyAdd(qa0, h0, acc_o);
-                acc_o = coopMultiplyAdd(qa1, h1, acc_o);
-                acc_o = coopMultiplyAdd(qa2, h2, acc_o);
-                acc_o = coopMultiplyAdd(qa3, h3, acc_o);
-            }
+            acc_o = coopMultiplyAdd(qa0, h0, acc_o);
+            acc_o = coopMultiplyAdd(qa1, h1, acc_o);
+            acc_o = coopMultiplyAdd(qa2, h2, acc_o);
+            acc_o = coopMultiplyAdd(qa3, h3, acc_o);
         }
         if (K == 128u) {
             let h4 = coopLoadT<coop_mat16x16<f16, B>>(&s_s16[2048u + sw], 32u);
@@ -447,41 +332,38 @@ fn main(
             acc_w = coopMultiplyAdd(wa5, h5, acc_w);
             acc_w = coopMultiplyAdd(wa6, h6, acc_w);
             acc_w = coopMultiplyAdd(wa7, h7, acc_w);
-            if (FUSE_O == 1u) {
-                acc_o = coopMultiplyAdd(qa4, h4, acc_o);
-                acc_o = coopMultiplyAdd(qa5, h5, acc_o);
-                acc_o = coopMultiplyAdd(qa6, h6, acc_o);
-                acc_o = coopMultiplyAdd(qa7, h7, acc_o);
-            }
+            acc_o = coopMultiplyAdd(qa4, h4, acc_o);
+            acc_o = coopMultiplyAdd(qa5, h5, acc_o);
+            acc_o = coopMultiplyAdd(qa6, h6, acc_o);
+            acc_o = coopMultiplyAdd(qa7, h7, acc_o);
         }
-        // LATE_B: this chunk's kdecᵀ (and P) tiles, issued after W·S (see LATE_B)
-        if ((LATE_B == 1u) & ((PROBE & 32768u) == 0u)) {
+        // this chunk's kdecᵀ and P tiles, issued after W·S
+        {
             let kl = w16 + 64u * K;
-            ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
-            ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
-            ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
-            ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
+            ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + tile_first(wi, 0u, 64u)], TILE_STRIDE);
+            ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + tile_first(wi, 1u, 64u)], TILE_STRIDE);
+            ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + tile_first(wi, 2u, 64u)], TILE_STRIDE);
+            ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + tile_first(wi, 3u, 64u)], TILE_STRIDE);
             if (K == 128u) {
-                kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 0u, 64u)], a16_ld(64u));
-                kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 1u, 64u)], a16_ld(64u));
-                kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 2u, 64u)], a16_ld(64u));
-                kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 3u, 64u)], a16_ld(64u));
+                kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + tile_first(wi + 4u, 0u, 64u)], TILE_STRIDE);
+                kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + tile_first(wi + 4u, 1u, 64u)], TILE_STRIDE);
+                kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + tile_first(wi + 4u, 2u, 64u)], TILE_STRIDE);
+                kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + tile_first(wi + 4u, 3u, 64u)], TILE_STRIDE);
             }
-            if (FUSE_O == 1u) {
+            {
                 let pl = w16 + ws16_p(K);
-                pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
-                pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
-                pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
-                pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
+                pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + tile_first(wi, 0u, 64u)], TILE_STRIDE);
+                pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + tile_first(wi, 1u, 64u)], TILE_STRIDE);
+                pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + tile_first(wi, 2u, 64u)], TILE_STRIDE);
+                pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + tile_first(wi, 3u, 64u)], TILE_STRIDE);
             }
         }
         coopStoreT(acc_w, &s_c[16u * wi * 32u + 16u * wc], 32u);
         workgroupBarrier();
 
         // V_new = U − W·S, S scaled
-        let vn16 = w16 + ws16_vn(K, HEAD_V);
-        put_vnew16(base_u, vn16, vi, e_v, vc, l, ua - s_c4(vi, vc));
-        put_vnew16(base_u, vn16, vi, e_v + 4u, vc + 4u, l, ub - s_c4(vi, vc + 4u));
+        put_vnew16(vi, vc, l, ua - s_c4(vi, vc));
+        put_vnew16(vi, vc + 4u, l, ub - s_c4(vi, vc + 4u));
         s0 *= gl.x;
         s1 *= gl.y;
         s2 *= gl.z;
@@ -505,57 +387,35 @@ fn main(
             acc_d1 = coopMultiplyAdd(kb2, b2, acc_d1);
             acc_d1 = coopMultiplyAdd(kb3, b3, acc_d1);
         }
-        if (FUSE_O == 1u) {
-            acc_o = coopMultiplyAdd(pa0, b0, acc_o);
-            acc_o = coopMultiplyAdd(pa1, b1, acc_o);
-            acc_o = coopMultiplyAdd(pa2, b2, acc_o);
-            acc_o = coopMultiplyAdd(pa3, b3, acc_o);
-        }
+        acc_o = coopMultiplyAdd(pa0, b0, acc_o);
+        acc_o = coopMultiplyAdd(pa1, b1, acc_o);
+        acc_o = coopMultiplyAdd(pa2, b2, acc_o);
+        acc_o = coopMultiplyAdd(pa3, b3, acc_o);
         // the next chunk's operands (this chunk's are dead now; the last chunk reloads its own)
         nxt = chunk_in(min(c + 1u, c_end - 1u), z, vi, e_v, sr);
-        if ((PROBE & 16384u) == 0u) {
-            let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K, HEAD_V);
-            wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 0u, K)], a16_ld(K));
-            wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 1u, K)], a16_ld(K));
-            wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 2u, K)], a16_ld(K));
-            wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 3u, K)], a16_ld(K));
+        {
+            let wl = (min(c + 1u, c_end - 1u) * prm.hvb + z) * ws16_slot(K);
+            wa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 0u, K)], TILE_STRIDE);
+            wa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 1u, K)], TILE_STRIDE);
+            wa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 2u, K)], TILE_STRIDE);
+            wa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 3u, K)], TILE_STRIDE);
             if (K == 128u) {
-                wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 4u, K)], a16_ld(K));
-                wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 5u, K)], a16_ld(K));
-                wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 6u, K)], a16_ld(K));
-                wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + a16_tile(wi, 7u, K)], a16_ld(K));
+                wa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 4u, K)], TILE_STRIDE);
+                wa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 5u, K)], TILE_STRIDE);
+                wa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 6u, K)], TILE_STRIDE);
+                wa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[wl + tile_first(wi, 7u, K)], TILE_STRIDE);
             }
-            if (FUSE_O == 1u) {
+            {
                 let ql = wl + ws16_qd(K);
-                qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 0u, K)], a16_ld(K));
-                qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 1u, K)], a16_ld(K));
-                qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 2u, K)], a16_ld(K));
-                qa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 3u, K)], a16_ld(K));
+                qa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 0u, K)], TILE_STRIDE);
+                qa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 1u, K)], TILE_STRIDE);
+                qa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 2u, K)], TILE_STRIDE);
+                qa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 3u, K)], TILE_STRIDE);
                 if (K == 128u) {
-                    qa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 4u, K)], a16_ld(K));
-                    qa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 5u, K)], a16_ld(K));
-                    qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 6u, K)], a16_ld(K));
-                    qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + a16_tile(wi, 7u, K)], a16_ld(K));
-                }
-            }
-            if (LATE_B == 0u) {
-                let kl = wl + 64u * K;
-                ka0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
-                ka1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
-                ka2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
-                ka3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
-                if (K == 128u) {
-                    kb0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 0u, 64u)], a16_ld(64u));
-                    kb1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 1u, 64u)], a16_ld(64u));
-                    kb2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 2u, 64u)], a16_ld(64u));
-                    kb3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[kl + a16_tile(wi + 4u, 3u, 64u)], a16_ld(64u));
-                }
-                if (FUSE_O == 1u) {
-                    let pl = wl + ws16_p(K);
-                    pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 0u, 64u)], a16_ld(64u));
-                    pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 1u, 64u)], a16_ld(64u));
-                    pa2 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 2u, 64u)], a16_ld(64u));
-                    pa3 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[pl + a16_tile(wi, 3u, 64u)], a16_ld(64u));
+                    qa4 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 4u, K)], TILE_STRIDE);
+                    qa5 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 5u, K)], TILE_STRIDE);
+                    qa6 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 6u, K)], TILE_STRIDE);
+                    qa7 = coopLoadT<coop_mat16x16<f16, A>>(&ws16[ql + tile_first(wi, 7u, K)], TILE_STRIDE);
                 }
             }
         }
@@ -578,12 +438,10 @@ fn main(
         put_ckpt(ck, hv, d_s, e_s, s0, s1, s2, s3);
     }
 
-    if (FUSE_O == 1u) {
-        // the last chunk's o (none without chunks: po_l = 0)
-        workgroupBarrier();
-        coopStoreT(acc_o, &s_c[2048u + 16u * wi * 32u + 16u * wc], 32u);
-        workgroupBarrier();
-        put_o8(po_t0, po_l, hv, vi, e_v, vc);
-    }
+    // the last chunk's o (none without chunks: po_l = 0)
+    workgroupBarrier();
+    coopStoreT(acc_o, &s_c[2048u + 16u * wi * 32u + 16u * wc], 32u);
+    workgroupBarrier();
+    put_o8(po_t0, po_l, hv, vi, e_v, vc);
     put_final(final_row, hv, d_s, e_s, s0, s1, s2, s3);
 }

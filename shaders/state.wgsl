@@ -1,8 +1,8 @@
 // state.wgsl: the prelude of the two state-pass stages (prefill_state.wgsl, f32 products, and
 // prefill_state_coop.wgsl, cooperative-matrix products): bindings, the state loaders and
-// writers, the stage spans of the Wᵀ/kdec staging and the per-chunk h, checkpoint and final
-// writes. Both stages hold the state slice in the same invocation mapping: rows d_s .. d_s + 3,
-// columns e_s .. e_s + 3 as four vec4s.
+// writers, the stage spans of the Wᵀ/kdec staging and the checkpoint and final writes. Both
+// stages hold the state slice in the same invocation mapping: rows d_s .. d_s + 3, columns
+// e_s .. e_s + 3 as four vec4s.
 //
 // SAFETY (unchecked modules): see the stage files; every index here is guarded by d < K, e < V
 // (state tensors and pools: rows and slots from host-built, validated tables), e_s < V4 (h),
@@ -10,7 +10,6 @@
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
-override BV: u32 = 32u;   // 16 (K <= 256) or 32 (K <= 128)
 
 @group(0) @binding(0) var<uniform> prm: Params;
 @group(0) @binding(1) var<storage, read> aux: array<u32>;
@@ -19,7 +18,6 @@ override BV: u32 = 32u;   // 16 (K <= 256) or 32 (K <= 128)
 @group(0) @binding(4) var<storage, read_write> wsh: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> st: array<u32>;
 @group(0) @binding(6) var<storage, read_write> outs: array<f32>;
-
 
 fn load_state(row: u32, hv: u32, d: u32, e: u32) -> f32 {
     let K = HEAD_K;
@@ -72,7 +70,6 @@ fn put_st(base: u32, d: u32, e: u32, x: vec4<f32>) {
     }
 }
 
-
 // One 32-byte sector of the Wᵀ/kdec span of a slot (q0: its first vec4), clamped to the span.
 fn touch(q0: u32, sector: u32) -> f32 {
     let span = 16u * (HEAD_K + k4(HEAD_K));   // vec4s of Wᵀ [K][64] then kdec [64][K4]
@@ -110,19 +107,6 @@ fn stage_span(s: u32) -> vec2<u32> {
 fn stage_ld(q: u32, sp: vec2<u32>, x: u32) -> vec4<f32> {
     let v = wsa[q + sp.x + min(x, sp.y - 1u)];
     return select(vec4<f32>(0.0), v, x < sp.y);
-}
-
-// h[c] = S ([K][V4] at vec4 q_h; the padding columns hold the zeros of S beyond V).
-fn put_h(q_h: u32, d_s: u32, e_s: u32, s0: vec4<f32>, s1: vec4<f32>, s2: vec4<f32>, s3: vec4<f32>) {
-    let K = HEAD_K;
-    let V4 = k4(HEAD_V);
-    if (e_s < V4) {
-        let qe = q_h + e_s / 4u;
-        if (d_s < K) { wsh[qe + d_s * V4 / 4u] = s0; }
-        if (d_s + 1u < K) { wsh[qe + (d_s + 1u) * V4 / 4u] = s1; }
-        if (d_s + 2u < K) { wsh[qe + (d_s + 2u) * V4 / 4u] = s2; }
-        if (d_s + 3u < K) { wsh[qe + (d_s + 3u) * V4 / 4u] = s3; }
-    }
 }
 
 // Checkpoint slot ck (none: NONE) of value head hv after a chunk.

@@ -6,9 +6,9 @@
 //! and barriers without availability/visibility semantics (gfx-rs/wgpu#8805, fix pending in
 //! gfx-rs/wgpu#10016). Under the Vulkan memory model those accesses are private, so a
 //! `workgroupBarrier` does not order them and the driver may move them across it. On the H200
-//! the state pass built that way gave wrong sums once both products ran on cooperative matrices
-//! while its scalar-product variant (same staging, same barriers) was exact (session 3, bench/
-//! NOTES.md). `SPV_KHR_cooperative_matrix` does not need the Vulkan memory model, so the module
+//! the state pass built that way gives wrong sums once both products run on cooperative matrices
+//! while a scalar-product form (same staging, same barriers) is exact.
+//! `SPV_KHR_cooperative_matrix` does not need the Vulkan memory model, so the module
 //! is rewritten to the GLSL450 model, under which workgroup memory is coherent and naga's
 //! barriers (`AcquireRelease | WorkgroupMemory`) synchronise it as in every other stage.
 //!
@@ -103,8 +103,8 @@ pub fn build(shader: Shader, constants: &[(&str, f64)], checked: bool) -> Result
         .map_err(|e| fail(e.emit_to_string_with_path(&source, shader.name())))?;
     // every binding the stage declares, taken before override processing compacts the module
     // (which drops the globals the entry point does not use): the layout stays a superset of
-    // the SPIR-V's bindings and matches the host's bind group (e.g. the coop output pass binds
-    // the f32 workspaces it leaves to the f32 output pass)
+    // the SPIR-V's bindings and matches the host's bind group (e.g. the coop state pass binds
+    // the f32 h workspace it does not use)
     let bindings = declared_bindings(&module).map_err(fail)?;
     let mut pc = naga::back::PipelineConstants::default();
     for (k, v) in constants {

@@ -12,15 +12,9 @@ use std::time::Instant;
 use wgpu::util::DeviceExt;
 
 /// The features the backend asks for when the adapter has them (recorded in the capabilities).
-/// Cooperative matrices are asked for only when [`coop_wanted`] allows them.
+/// Cooperative matrices are asked for too unless [`AdapterChoice::coop_off`].
 pub fn wanted_features() -> wgpu::Features {
     wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY
-}
-
-/// `DELTARULE_WGPU_COOP=0` keeps wgpu's experimental cooperative-matrix feature off (the `coop`
-/// kernel is then unavailable and its rows explain why).
-pub fn coop_wanted() -> bool {
-    std::env::var("DELTARULE_WGPU_COOP").ok().as_deref() != Some("0")
 }
 
 /// Whether `props` include the configuration the `coop` shaders use: 16 x 16 x 16 tiles, f16 A
@@ -47,22 +41,10 @@ pub struct Gpu {
     binding_cap: Option<u64>,
     /// Requested state-pass tile width (see `AdapterChoice::state_bv`).
     pub state_bv: Option<usize>,
-    /// Requested state-pass W·S tiling (see `AdapterChoice::state_ws`).
-    pub state_ws: Option<u32>,
-    /// Requested kda intra step 2 (see `AdapterChoice::kda_step2`).
-    pub kda_step2: Option<u32>,
-    /// Requested coop state/output fusion (see `AdapterChoice::fuse_o`).
-    pub fuse_o: Option<u32>,
-    /// Requested load point of the coop state pass's kdecᵀ and P tiles (`AdapterChoice::state_late`).
-    pub state_late: Option<u32>,
-    /// Requested kda coop intra step 4 form (`AdapterChoice::kda_mma4`).
-    pub kda_mma4: Option<u32>,
-    /// Requested layout of the coop kernel's f16 A operands (`AdapterChoice::tiled`).
-    pub tiled: Option<u32>,
-    /// Intra-pass probe mask (see `AdapterChoice::probe`; 0 in production).
-    pub probe: u32,
+    /// `bench` waits for each timed call before the next (`AdapterChoice::sync_timing`).
+    pub sync_timing: bool,
     /// The adapter's cooperative-matrix configurations (empty when it has none or when
-    /// `DELTARULE_WGPU_COOP=0`).
+    /// `AdapterChoice::coop_off`).
     pub coop_props: Vec<wgpu::wgt::CooperativeMatrixProperties>,
     /// Cooperative matrices usable by the `coop` shaders: the feature was granted, the
     /// 16 x 16 x 16 f16 -> f32 configuration is offered, f16 and subgroups are on and subgroups
@@ -72,8 +54,7 @@ pub struct Gpu {
     /// because the adapter has no cooperative matrices.
     pub coop_emulated: bool,
     /// Every stage built by the backend (src/coop.rs) and passed through as SPIR-V
-    /// (`DELTARULE_WGPU_PASSTHROUGH=1`, diagnosis: wgpu's own WGSL path against naga's plain
-    /// output).
+    /// (`AdapterChoice::passthrough`, where the adapter allows passthrough).
     pub passthrough_all: bool,
     modules: Mutex<HashMap<Shader, Arc<wgpu::ShaderModule>>>,
     uncaptured: Arc<Mutex<Vec<String>>>,
@@ -148,7 +129,7 @@ impl Gpu {
         // the coop stages go through SPIR-V passthrough (src/coop.rs says why)
         let coop_offered = adapter.features().contains(
             wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::PASSTHROUGH_SHADERS,
-        ) && coop_wanted();
+        ) && !choice.coop_off;
         let coop_props = if coop_offered {
             adapter.cooperative_matrix_properties()
         } else {
@@ -157,10 +138,10 @@ impl Gpu {
         if coop_offered {
             features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
-        // SPIR-V passthrough (the coop stages; every stage with DELTARULE_WGPU_PASSTHROUGH=1)
+        // SPIR-V passthrough (the coop stages; every stage with `choice.passthrough`)
         features |= adapter.features() & wgpu::Features::PASSTHROUGH_SHADERS;
-        let passthrough_all = features.contains(wgpu::Features::PASSTHROUGH_SHADERS)
-            && std::env::var("DELTARULE_WGPU_PASSTHROUGH").ok().as_deref() == Some("1");
+        let passthrough_all =
+            features.contains(wgpu::Features::PASSTHROUGH_SHADERS) && choice.passthrough;
         let coop_real = coop_offered
             && has_coop_16x16_f16(&coop_props)
             && features.contains(wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP)
@@ -205,13 +186,7 @@ impl Gpu {
             checked: choice.checked,
             binding_cap: choice.max_binding,
             state_bv: choice.state_bv,
-            state_ws: choice.state_ws,
-            kda_step2: choice.kda_step2,
-            fuse_o: choice.fuse_o,
-            state_late: choice.state_late,
-            kda_mma4: choice.kda_mma4,
-            tiled: choice.tiled,
-            probe: choice.probe,
+            sync_timing: choice.sync_timing,
             coop_props,
             coop,
             coop_emulated,
@@ -696,9 +671,9 @@ impl Gpu {
         }
         self.wait()?;
         let has_ts = self.features.contains(wgpu::Features::TIMESTAMP_QUERY);
-        // DELTARULE_WGPU_SYNC_TIMING=1: wait for each call before submitting the next (whether
-        // back-to-back submissions explain the slow outliers of session 3)
-        let sync_each = std::env::var("DELTARULE_WGPU_SYNC_TIMING").ok().as_deref() == Some("1");
+        // sync_timing: wait for each call before submitting the next (diagnosis: whether
+        // back-to-back submissions explain slow outliers)
+        let sync_each = self.sync_timing;
         let mut host_us = Vec::with_capacity(iters);
         let mut device_ms = Vec::with_capacity(iters);
         // one query set per batch of calls, resolved after the batch

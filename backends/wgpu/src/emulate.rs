@@ -1,6 +1,6 @@
 //! Cooperative-matrix emulation for tests (`DELTARULE_WGPU_COOP_EMULATE=1`): the `coop` stages
 //! rewritten into plain WGSL, so that their index math, barriers and tile assignment run on an
-//! adapter without cooperative matrices (lavapipe in CI) instead of only on the H200.
+//! adapter without cooperative matrices (lavapipe in CI), not only on NVIDIA's driver.
 //!
 //! What the rewrite does to a `coop` stage's source (`Shader::coop`):
 //! * the 16 x 16 matrices are spread over the 32 invocations of a subgroup as on hardware:
@@ -15,7 +15,7 @@
 //!   hardware's): 128 multiply-adds an invocation;
 //! * `coopStore` / `coopStoreT` become a generated writer per array: each invocation writes its 8
 //!   elements (converted to the array's element type);
-//! * f16 accumulators (`coop_mat16x16<f16, C>`, gdn's coop W product since session 14) are held
+//! * f16 accumulators (`coop_mat16x16<f16, C>`, the intra stages' W product) are held
 //!   in f32 like f32 ones: their loads round to f16, but the emulation does not round after each
 //!   multiply-add as the hardware does (four roundings in a 64-long sum), so it matches the
 //!   hardware's logic, not its last bits;
@@ -23,12 +23,12 @@
 //!   consecutive invocations, as on NVIDIA, the only adapter that runs them for real), and the
 //!   `wgpu_cooperative_matrix` directive is dropped.
 //!
-//! It checks logic, not the hardware: driver faults such as session 3's and session 8's
-//! 8-byte workgroup variables show only on the real adapter, and so do naga's uniformity rules
+//! It checks logic, not the hardware: driver faults such as the wrong products next to 8-byte
+//! workgroup variables show only on the real adapter, and so do naga's uniformity rules
 //! for matrix operations (the plain-WGSL module has none; tests/coop.rs builds the real SPIR-V
 //! of every coop stage for that). The gdn `coop` intra stage needs 48,144 bytes of workgroup
-//! memory, more than lavapipe's 32 KiB, so there only the kda `coop` kernel runs (the
-//! cooperative-matrix state and output passes, which gdn's kernel shares).
+//! memory, more than lavapipe's 32 KiB, so there only the kda `coop` kernel runs (with its f32
+//! step 4 intra stage, and the cooperative-matrix state pass, which gdn's kernel shares).
 
 use crate::shaders::Shader;
 

@@ -1,4 +1,4 @@
-//! Conversions from wgpu's errors into the engine's (SPEC.md section 8).
+//! Conversions from wgpu's errors into the engine's (docs/spec.md, errors).
 
 use deltarule_core::{BackendKind, Error};
 

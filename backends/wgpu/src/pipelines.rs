@@ -1,4 +1,4 @@
-//! The pipeline cache (STYLE.md rule 4): one compute pipeline per (shader, override constants),
+//! The pipeline cache: one compute pipeline per (shader, override constants),
 //! created lazily with a read-then-write double check.
 
 use crate::device::Gpu;

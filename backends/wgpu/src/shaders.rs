@@ -1,77 +1,94 @@
-//! The WGSL registry (STYLE.md section 5): one enum entry per stage file in `shaders/`, each
-//! embedded with `include_str!` and prefixed by the shared preludes (`common.wgsl` for every stage,
-//! `inputs.wgsl` for the stages reading the call's inputs) in [`Shader::source`], the one function
-//! both the runtime and the validation test use.
+//! The WGSL registry: one enum entry per stage variant, each a stage file in `shaders/` embedded
+//! with `include_str!` and prefixed by its preludes (shared declarations and helpers, also files
+//! in `shaders/`) in [`Shader::source`], the one function both the runtime and the validation
+//! test use, so what is validated is byte-identical to what runs.
 
-/// The prelude concatenated in front of every stage (no bindings, only `Params` and helpers).
-pub const PRELUDE_FILE: &str = "common.wgsl";
-const PRELUDE: &str = include_str!("../../../shaders/common.wgsl");
-/// The prelude of the stages that read q/k/v, g and beta (their bindings 0-6 and loaders).
-pub const INPUTS_FILE: &str = "inputs.wgsl";
-const INPUTS: &str = include_str!("../../../shaders/inputs.wgsl");
-/// The prelude of the two intra stages (workspace bindings, the T solve, the W/U writer).
-pub const INTRA_FILE: &str = "intra.wgsl";
-const INTRA: &str = include_str!("../../../shaders/intra.wgsl");
-/// The last prelude of the f32 intra stages (no f16 workspace) and of their coop variants (Wᵀ and
-/// kdec as f16 into a ninth storage buffer).
-pub const WS16_OFF_FILE: &str = "ws16_off.wgsl";
-const WS16_OFF: &str = include_str!("../../../shaders/ws16_off.wgsl");
-pub const WS16_ON_FILE: &str = "ws16_on.wgsl";
-const WS16_ON: &str = include_str!("../../../shaders/ws16_on.wgsl");
-/// The f16 workspace prelude of the `coop` kernel's gdn intra stage (a cooperative-matrix module:
-/// f16 elements; ws16_on.wgsl packs words for the kda variant, which is not one).
-pub const WS16_GDN_FILE: &str = "ws16_gdn.wgsl";
-const WS16_GDN: &str = include_str!("../../../shaders/ws16_gdn.wgsl");
-/// The last prelude of the gdn intra stage: its steps 2 (K Kᵀ, Q Kᵀ) and 4 (W, U, qdec) with f32
-/// register tiles, or on cooperative matrices in the `coop` kernel's variant.
-pub const GDN_INTRA_F32_FILE: &str = "gdn_intra_f32.wgsl";
-const GDN_INTRA_F32: &str = include_str!("../../../shaders/gdn_intra_f32.wgsl");
-pub const GDN_INTRA_COOP_FILE: &str = "gdn_intra_coop.wgsl";
-const GDN_INTRA_COOP: &str = include_str!("../../../shaders/gdn_intra_coop.wgsl");
-/// The last prelude of the `coop` kernel's kda intra stage on adapters with 48 KiB of workgroup
-/// memory: its f16 workspace and step 4 on cooperative matrices (instead of ws16_on.wgsl).
-pub const KDA_INTRA_COOP_FILE: &str = "kda_intra_coop.wgsl";
-const KDA_INTRA_COOP: &str = include_str!("../../../shaders/kda_intra_coop.wgsl");
-/// The prelude of the two state-pass stages (bindings, state loaders and writers, staging spans).
-pub const STATE_FILE: &str = "state.wgsl";
-const STATE: &str = include_str!("../../../shaders/state.wgsl");
-/// The prelude of the output-pass stage (bindings and the writer of o).
-pub const OUTPUT_FILE: &str = "output.wgsl";
-const OUTPUT: &str = include_str!("../../../shaders/output.wgsl");
+/// A prelude: a file of `shaders/` concatenated in front of stage files.
+#[derive(Clone, Copy, Debug)]
+pub struct Prelude {
+    /// The file name in `shaders/`.
+    pub file: &'static str,
+    text: &'static str,
+}
+
+macro_rules! prelude {
+    ($file:literal) => {
+        Prelude {
+            file: $file,
+            text: include_str!(concat!("../../../shaders/", $file)),
+        }
+    };
+}
+
+/// In front of every stage: `Params` and pure helpers, no bindings.
+const COMMON: Prelude = prelude!("common.wgsl");
+/// The stages that read q/k/v, g and beta: their bindings 0-6 and loaders.
+const INPUTS: Prelude = prelude!("inputs.wgsl");
+/// The intra stages: workspace bindings, the T solve, the W/U writer.
+const INTRA: Prelude = prelude!("intra.wgsl");
+/// The `chunked` kernel's intra stages: W, kdec, qdec and P into the f32 workspace.
+const INTRA_WORKSPACE_F32: Prelude = prelude!("intra_workspace_f32.wgsl");
+/// The `coop` kernel's intra stages: the f16 workspace (a ninth storage buffer) and P's writer.
+const INTRA_WORKSPACE_F16: Prelude = prelude!("intra_workspace_f16.wgsl");
+/// The `coop` kernel's kda intra stage with step 4 in f32: its writers of W, kdecᵀ and qdec.
+const KDA_INTRA_WORKSPACE_F16: Prelude = prelude!("kda_intra_workspace_f16.wgsl");
+/// What the two intra stages with step 4 on cooperative matrices share.
+const INTRA_COOP: Prelude = prelude!("intra_coop.wgsl");
+/// The gdn intra stage's steps 2 and 4 with f32 register tiles.
+const GDN_INTRA_F32: Prelude = prelude!("gdn_intra_f32.wgsl");
+/// The gdn intra stage's steps 2 and 4 on cooperative matrices.
+const GDN_INTRA_COOP: Prelude = prelude!("gdn_intra_coop.wgsl");
+/// The kda intra stage's step 4 on cooperative matrices.
+const KDA_INTRA_COOP: Prelude = prelude!("kda_intra_coop.wgsl");
+/// The two state-pass stages: bindings, state loaders and writers, staging spans.
+const STATE: Prelude = prelude!("state.wgsl");
+
+/// Every prelude file.
+pub const PRELUDES: [Prelude; 11] = [
+    COMMON,
+    INPUTS,
+    INTRA,
+    INTRA_WORKSPACE_F32,
+    INTRA_WORKSPACE_F16,
+    KDA_INTRA_WORKSPACE_F16,
+    INTRA_COOP,
+    GDN_INTRA_F32,
+    GDN_INTRA_COOP,
+    KDA_INTRA_COOP,
+    STATE,
+];
+
 /// The directives in front of the cooperative-matrix stages (before any prelude: WGSL wants
 /// `enable` first). Those stages need `Features::SHADER_F16` and
 /// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX` (see `device::Gpu::coop`).
 pub const COOP_DIRECTIVES: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
-/// The directive in front of the kda coop intra variant (f16 workspace, no matrices).
+/// The directive in front of the kda intra stage with step 4 in f32 (f16 workspace, no matrices).
 pub const F16_DIRECTIVE: &str = "enable f16;\n";
 
-/// One WGSL stage file.
+/// One WGSL stage variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Shader {
-    /// gdn prefill, chunk-parallel intra stage (Γ, A, T, W, U, P, decayed q/k).
+    /// gdn prefill, chunk-parallel intra stage (Γ, A, T, W, U, P, decayed q/k) in f32.
     GdnPrefillIntra,
-    /// kda prefill, chunk-parallel intra stage (per-channel Γ).
+    /// kda prefill, chunk-parallel intra stage (per-channel Γ) in f32.
     KdaPrefillIntra,
-    /// The gdn intra stage of the `coop` kernel: Wᵀ, kdec, qdecᵀ and Pᵀ as f16 (ws16_gdn.wgsl),
-    /// steps 2 and 4 on cooperative matrices (gdn_intra_coop.wgsl).
+    /// The gdn intra stage of the `coop` kernel: steps 2 and 4 on cooperative matrices, W, kdecᵀ,
+    /// qdec and P as f16 tiles into the f16 workspace (48,144 bytes of workgroup memory).
     GdnPrefillIntraCoop,
-    /// The kda intra stage of the `coop` kernel: W, kdecᵀ, qdec and P as f16 (ws16_on.wgsl), its
-    /// products in f32 (32 KiB of workgroup memory: lavapipe, where CI emulates the kernel).
+    /// The kda intra stage of the `coop` kernel: step 4 on cooperative matrices, W, kdecᵀ, qdec
+    /// and P as f16 tiles (47,888 bytes of workgroup memory).
     KdaPrefillIntraCoop,
-    /// The same stage with step 4 (W, U) on cooperative matrices (kda_intra_coop.wgsl; 47,888
-    /// bytes of workgroup memory), where the adapter has the memory (session 14).
-    KdaPrefillIntraMma,
+    /// The kda intra stage of the `coop` kernel on adapters with less workgroup memory: step 4
+    /// with f32 register tiles, the same f16 workspace (32 KiB: lavapipe, where CI emulates the
+    /// kernel).
+    KdaPrefillIntraCoopF32Step4,
     /// Sequential state pass over chunks, split over value tiles (gdn and kda).
     PrefillState,
-    /// The same pass with its two products on cooperative matrices (f16 operands, f32
-    /// accumulation; the `coop` kernel), by default with o's products folded in (`FUSE_O`).
+    /// The `coop` kernel's state pass: its products and o's on cooperative matrices (f16
+    /// operands, f32 accumulation); it writes o, no output pass follows.
     PrefillStateCoop,
-    /// Chunk-parallel output pass (gdn and kda).
+    /// The `chunked` kernel's chunk-parallel output pass (gdn and kda).
     PrefillOutput,
-    /// The output pass on cooperative matrices over f16 operands in ws16 (the `coop` kernel with
-    /// `DELTARULE_WGPU_FUSE_O=0`).
-    PrefillOutputCoop,
-
     /// Token recurrence for decode (gdn and kda by the `IS_KDA` override).
     Decode,
     /// f32 to bf16/f16 packing of outputs and pool rows.
@@ -79,16 +96,15 @@ pub enum Shader {
 }
 
 impl Shader {
-    pub const ALL: [Shader; 11] = [
+    pub const ALL: [Shader; 10] = [
         Shader::GdnPrefillIntra,
         Shader::KdaPrefillIntra,
         Shader::GdnPrefillIntraCoop,
         Shader::KdaPrefillIntraCoop,
-        Shader::KdaPrefillIntraMma,
+        Shader::KdaPrefillIntraCoopF32Step4,
         Shader::PrefillState,
         Shader::PrefillStateCoop,
         Shader::PrefillOutput,
-        Shader::PrefillOutputCoop,
         Shader::Decode,
         Shader::Pack16,
     ];
@@ -96,13 +112,12 @@ impl Shader {
     pub fn file_name(self) -> &'static str {
         match self {
             Shader::GdnPrefillIntra | Shader::GdnPrefillIntraCoop => "gdn_prefill_intra.wgsl",
-            Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop | Shader::KdaPrefillIntraMma => {
-                "kda_prefill_intra.wgsl"
-            }
+            Shader::KdaPrefillIntra
+            | Shader::KdaPrefillIntraCoop
+            | Shader::KdaPrefillIntraCoopF32Step4 => "kda_prefill_intra.wgsl",
             Shader::PrefillState => "prefill_state.wgsl",
             Shader::PrefillStateCoop => "prefill_state_coop.wgsl",
             Shader::PrefillOutput => "prefill_output.wgsl",
-            Shader::PrefillOutputCoop => "prefill_output_coop.wgsl",
             Shader::Decode => "decode.wgsl",
             Shader::Pack16 => "pack16.wgsl",
         }
@@ -113,7 +128,9 @@ impl Shader {
             Shader::GdnPrefillIntra | Shader::GdnPrefillIntraCoop => {
                 include_str!("../../../shaders/gdn_prefill_intra.wgsl")
             }
-            Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop | Shader::KdaPrefillIntraMma => {
+            Shader::KdaPrefillIntra
+            | Shader::KdaPrefillIntraCoop
+            | Shader::KdaPrefillIntraCoopF32Step4 => {
                 include_str!("../../../shaders/kda_prefill_intra.wgsl")
             }
             Shader::PrefillState => include_str!("../../../shaders/prefill_state.wgsl"),
@@ -121,46 +138,62 @@ impl Shader {
                 include_str!("../../../shaders/prefill_state_coop.wgsl")
             }
             Shader::PrefillOutput => include_str!("../../../shaders/prefill_output.wgsl"),
-            Shader::PrefillOutputCoop => {
-                include_str!("../../../shaders/prefill_output_coop.wgsl")
-            }
             Shader::Decode => include_str!("../../../shaders/decode.wgsl"),
             Shader::Pack16 => include_str!("../../../shaders/pack16.wgsl"),
         }
     }
 
-    /// The preludes concatenated in front of this stage, in order.
-    fn preludes(self) -> &'static [&'static str] {
-        match self {
-            Shader::GdnPrefillIntra => &[PRELUDE, INPUTS, INTRA, WS16_OFF, GDN_INTRA_F32],
-            Shader::KdaPrefillIntra => &[PRELUDE, INPUTS, INTRA, WS16_OFF],
-            Shader::GdnPrefillIntraCoop => &[
-                COOP_DIRECTIVES,
-                PRELUDE,
-                INPUTS,
-                INTRA,
-                WS16_GDN,
-                GDN_INTRA_COOP,
-            ],
-            Shader::KdaPrefillIntraCoop => &[F16_DIRECTIVE, PRELUDE, INPUTS, INTRA, WS16_ON],
-            Shader::KdaPrefillIntraMma => {
-                &[COOP_DIRECTIVES, PRELUDE, INPUTS, INTRA, KDA_INTRA_COOP]
-            }
-            Shader::Decode => &[PRELUDE, INPUTS],
-            Shader::PrefillState => &[PRELUDE, STATE],
-            Shader::PrefillStateCoop => &[COOP_DIRECTIVES, PRELUDE, STATE],
-            Shader::PrefillOutput => &[PRELUDE, OUTPUT],
-            Shader::PrefillOutputCoop => &[COOP_DIRECTIVES, PRELUDE, OUTPUT],
-            _ => &[PRELUDE],
+    /// The directives in front of everything (empty for plain stages).
+    fn directives(self) -> &'static str {
+        if self.coop() {
+            COOP_DIRECTIVES
+        } else if self == Shader::KdaPrefillIntraCoopF32Step4 {
+            F16_DIRECTIVE
+        } else {
+            ""
         }
     }
 
-    /// The full module text: the preludes, then the stage file. Line numbers in naga's messages
-    /// are offset by [`Shader::prelude_lines`].
+    /// The preludes concatenated in front of this stage, in order.
+    pub fn preludes(self) -> &'static [Prelude] {
+        match self {
+            Shader::GdnPrefillIntra => &[COMMON, INPUTS, INTRA, INTRA_WORKSPACE_F32, GDN_INTRA_F32],
+            Shader::KdaPrefillIntra => &[COMMON, INPUTS, INTRA, INTRA_WORKSPACE_F32],
+            Shader::GdnPrefillIntraCoop => &[
+                COMMON,
+                INPUTS,
+                INTRA,
+                INTRA_WORKSPACE_F16,
+                INTRA_COOP,
+                GDN_INTRA_COOP,
+            ],
+            Shader::KdaPrefillIntraCoop => &[
+                COMMON,
+                INPUTS,
+                INTRA,
+                INTRA_WORKSPACE_F16,
+                INTRA_COOP,
+                KDA_INTRA_COOP,
+            ],
+            Shader::KdaPrefillIntraCoopF32Step4 => &[
+                COMMON,
+                INPUTS,
+                INTRA,
+                INTRA_WORKSPACE_F16,
+                KDA_INTRA_WORKSPACE_F16,
+            ],
+            Shader::Decode => &[COMMON, INPUTS],
+            Shader::PrefillState | Shader::PrefillStateCoop => &[COMMON, STATE],
+            Shader::PrefillOutput | Shader::Pack16 => &[COMMON],
+        }
+    }
+
+    /// The full module text: the directives, the preludes, then the stage file. Line numbers in
+    /// naga's messages are offset by [`Shader::prelude_lines`].
     pub fn source(self) -> String {
-        let mut s = String::new();
+        let mut s = String::from(self.directives());
         for p in self.preludes() {
-            s.push_str(p);
+            s.push_str(p.text);
             s.push('\n');
         }
         s.push_str(self.stage_source());
@@ -170,9 +203,9 @@ impl Shader {
     /// The stage file plus the variant, for labels and messages (unique per shader).
     pub fn name(self) -> &'static str {
         match self {
-            Shader::GdnPrefillIntraCoop => "gdn_prefill_intra.wgsl (coop variant)",
-            Shader::KdaPrefillIntraCoop => "kda_prefill_intra.wgsl (coop variant)",
-            Shader::KdaPrefillIntraMma => "kda_prefill_intra.wgsl (coop variant, matrix step 4)",
+            Shader::GdnPrefillIntraCoop => "gdn_prefill_intra.wgsl (coop)",
+            Shader::KdaPrefillIntraCoop => "kda_prefill_intra.wgsl (coop)",
+            Shader::KdaPrefillIntraCoopF32Step4 => "kda_prefill_intra.wgsl (coop, f32 step 4)",
             s => s.file_name(),
         }
     }
@@ -181,52 +214,31 @@ impl Shader {
     pub fn coop(self) -> bool {
         matches!(
             self,
-            Shader::PrefillStateCoop
-                | Shader::GdnPrefillIntraCoop
-                | Shader::KdaPrefillIntraMma
-                | Shader::PrefillOutputCoop
+            Shader::PrefillStateCoop | Shader::GdnPrefillIntraCoop | Shader::KdaPrefillIntraCoop
         )
     }
 
-    /// Lines the preludes add in front of the stage file.
+    /// Lines the directives and preludes add in front of the stage file.
     pub fn prelude_lines(self) -> usize {
-        self.preludes().iter().map(|p| p.lines().count() + 1).sum()
+        self.directives().lines().count()
+            + self
+                .preludes()
+                .iter()
+                .map(|p| p.text.lines().count() + 1)
+                .sum::<usize>()
     }
 
     /// The override constants this stage declares (every key the host passes must be here).
     pub fn overrides(self) -> &'static [&'static str] {
+        const INTRA_KEYS: &[&str] = &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT"];
+        const INTRA_COOP_KEYS: &[&str] = &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "UW"];
         match self {
-            Shader::GdnPrefillIntra => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE"],
-            Shader::GdnPrefillIntraCoop => &[
-                "HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "PROBE", "UW", "TILED",
-            ],
-            Shader::KdaPrefillIntra | Shader::KdaPrefillIntraCoop => &[
-                "HEAD_K",
-                "HEAD_V",
-                "QKV_DT",
-                "G_DT",
-                "BETA_DT",
-                "PROBE",
-                "STEP2_REF",
-                "TILED",
-            ],
-            Shader::KdaPrefillIntraMma => &[
-                "HEAD_K",
-                "HEAD_V",
-                "QKV_DT",
-                "G_DT",
-                "BETA_DT",
-                "PROBE",
-                "STEP2_REF",
-                "UW",
-                "TILED",
-            ],
-            Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV", "WS_SPLIT"],
-            Shader::PrefillStateCoop => &[
-                "HEAD_K", "HEAD_V", "OUT16", "FUSE_O", "LATE_B", "PROBE", "TILED",
-            ],
-            Shader::PrefillOutput => &["HEAD_K", "HEAD_V"],
-            Shader::PrefillOutputCoop => &["HEAD_K", "HEAD_V", "TILED"],
+            Shader::GdnPrefillIntra
+            | Shader::KdaPrefillIntra
+            | Shader::KdaPrefillIntraCoopF32Step4 => INTRA_KEYS,
+            Shader::GdnPrefillIntraCoop | Shader::KdaPrefillIntraCoop => INTRA_COOP_KEYS,
+            Shader::PrefillState => &["HEAD_K", "HEAD_V", "BV"],
+            Shader::PrefillStateCoop | Shader::PrefillOutput => &["HEAD_K", "HEAD_V"],
             Shader::Decode => &["HEAD_K", "HEAD_V", "QKV_DT", "G_DT", "BETA_DT", "IS_KDA"],
             Shader::Pack16 => &[],
         }

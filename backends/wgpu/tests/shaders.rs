@@ -3,10 +3,7 @@
 //! uses) under the capabilities the backend requests.
 
 use deltarule_wgpu::device::wanted_features;
-use deltarule_wgpu::shaders::{
-    Shader, GDN_INTRA_COOP_FILE, GDN_INTRA_F32_FILE, INPUTS_FILE, INTRA_FILE, KDA_INTRA_COOP_FILE,
-    OUTPUT_FILE, PRELUDE_FILE, STATE_FILE, WS16_GDN_FILE, WS16_OFF_FILE, WS16_ON_FILE,
-};
+use deltarule_wgpu::shaders::{Shader, PRELUDES};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -30,17 +27,17 @@ fn every_wgsl_file_is_registered_and_vice_versa() {
     let names: BTreeSet<&str> = Shader::ALL.iter().map(|s| s.name()).collect();
     assert_eq!(names.len(), Shader::ALL.len(), "duplicate shader names");
     assert!(!registered.is_empty());
-    registered.insert(PRELUDE_FILE.to_string());
-    registered.insert(INPUTS_FILE.to_string());
-    registered.insert(INTRA_FILE.to_string());
-    registered.insert(STATE_FILE.to_string());
-    registered.insert(OUTPUT_FILE.to_string());
-    registered.insert(WS16_ON_FILE.to_string());
-    registered.insert(WS16_OFF_FILE.to_string());
-    registered.insert(GDN_INTRA_F32_FILE.to_string());
-    registered.insert(WS16_GDN_FILE.to_string());
-    registered.insert(GDN_INTRA_COOP_FILE.to_string());
-    registered.insert(KDA_INTRA_COOP_FILE.to_string());
+    registered.extend(PRELUDES.iter().map(|p| p.file.to_string()));
+    // every prelude serves some stage
+    for p in PRELUDES {
+        assert!(
+            Shader::ALL
+                .iter()
+                .any(|s| s.preludes().iter().any(|q| q.file == p.file)),
+            "{} is in no stage's preludes",
+            p.file
+        );
+    }
     assert_eq!(
         on_disk, registered,
         "shaders/*.wgsl and the registry (plus the preludes) differ"

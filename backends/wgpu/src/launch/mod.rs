@@ -3,7 +3,7 @@
 //! of each mode and the read-back of the outputs.
 //!
 //! gdn and kda share every stage but the intra one, so the launchers are split by mode
-//! ([`prefill`], [`decode`]) rather than by op (a deviation from STYLE.md's `launch/{gdn,kda}.rs`).
+//! ([`prefill`], [`decode`]) rather than by op.
 
 pub mod decode;
 pub mod prefill;
@@ -17,7 +17,7 @@ use deltarule_core::{
 };
 use std::sync::Arc;
 
-/// Chunk length of SPEC.md section 5.
+/// Chunk length of the chunked algorithm (docs/spec.md).
 pub const CHUNK: usize = 64;
 /// "None" in the u32 tables.
 pub const NONE: u32 = u32::MAX;

@@ -1,7 +1,8 @@
-//! Chunked prefill (SPEC.md section 5): the intra stage (`{gdn,kda}_prefill_intra.wgsl`), the
-//! state pass split over value tiles (`prefill_state.wgsl`) and the output pass
-//! (`prefill_output.wgsl`). Value heads are processed in batches small enough that each
-//! workspace buffer fits one storage binding.
+//! Prefill (the chunked algorithm of docs/spec.md) in three stages: the intra stage
+//! (`{gdn,kda}_prefill_intra.wgsl`), the state pass split over value tiles
+//! (`prefill_state.wgsl`) and the output pass (`prefill_output.wgsl`); the `coop` kernel runs its
+//! intra variant and `prefill_state_coop.wgsl`, which writes o itself. Value heads are processed
+//! in batches small enough that each workspace buffer fits one storage binding.
 
 use super::{base_params, dt_code, grid, InputSet, Params, Shared};
 use crate::device::{Dispatch, Gpu};
@@ -21,50 +22,17 @@ pub fn state_tile(k: usize, wanted: Option<usize>) -> usize {
     }
 }
 
-/// W·S tiling of the state pass (`WS_SPLIT`): 1 (split K, 4 x 4 blocks) unless 0 is asked for.
-pub fn state_ws(wanted: Option<u32>) -> u32 {
-    match wanted {
-        Some(0) => 0,
-        _ => 1,
-    }
-}
-
 /// Workgroup memory of the kda coop intra stage with step 4 on cooperative matrices
 /// (shaders/kda_intra_coop.wgsl).
-pub const KDA_MMA4_WORKGROUP_BYTES: u32 = 47_888;
+pub const KDA_STEP4_COOP_WORKGROUP_BYTES: u32 = 47_888;
 
-/// Whether the coop kernel's kda intra stage runs step 4 on cooperative matrices
-/// (`Shader::KdaPrefillIntraMma`): where the adapter has the workgroup memory for it, unless
-/// `DELTARULE_WGPU_KDA_MMA4=0` asks for the f32 step 4 (benchmarks). Lavapipe (32 KiB, CI's
-/// emulation) runs the f32 one.
-pub fn kda_mma4(gpu: &Gpu) -> bool {
-    gpu.kda_mma4 != Some(0)
-        && gpu.limits.max_compute_workgroup_storage_size >= KDA_MMA4_WORKGROUP_BYTES
-}
-
-/// The coop kernel's f16 A operands as 16 x 16 tiles (`TILED`, common.wgsl): 1 unless 0 is asked
-/// for (`DELTARULE_WGPU_TILED=0`: row-major, benchmarks).
-pub fn tiled(wanted: Option<u32>) -> u32 {
-    match wanted {
-        Some(0) => 0,
-        _ => 1,
-    }
-}
-
-/// kda intra step 2 (`STEP2_REF`): 1 (reference points) unless 0 is asked for.
-pub fn kda_step2(wanted: Option<u32>) -> u32 {
-    match wanted {
-        Some(0) => 0,
-        _ => 1,
-    }
-}
-
-/// The coop kernel's state pass with the output pass folded in (`FUSE_O`,
-/// prefill_state_coop.wgsl v4): 1 unless 0 is asked for.
-pub fn fuse_o(wanted: Option<u32>) -> u32 {
-    match wanted {
-        Some(0) => 0,
-        _ => 1,
+/// The `coop` kernel's kda intra stage: step 4 on cooperative matrices where the adapter has the
+/// workgroup memory for it, else in f32 (lavapipe's 32 KiB, where CI emulates the kernel).
+pub fn kda_intra_coop(gpu: &Gpu) -> Shader {
+    if gpu.limits.max_compute_workgroup_storage_size >= KDA_STEP4_COOP_WORKGROUP_BYTES {
+        Shader::KdaPrefillIntraCoop
+    } else {
+        Shader::KdaPrefillIntraCoopF32Step4
     }
 }
 
@@ -79,12 +47,11 @@ pub fn wsa_slot(op: Op, k: usize) -> usize {
     }
 }
 
-/// f16 halves of one (chunk, head) slot of the coop kernel's `ws16` workspace (layout in
-/// `common.wgsl`'s ws16_slot, the same for both ops since session 12): Wᵀ [K][64], kdec [64][K],
-/// qdecᵀ [K][64], Pᵀ [64][64], h [K][V], V_new [64][V] (the operands of the cooperative-matrix
-/// state and output passes).
-pub fn ws16_slot(k: usize, v: usize) -> usize {
-    192 * k + 4096 + k * v + 64 * v
+/// f16 halves of one (chunk, head) slot of the `coop` kernel's `ws16` workspace (layout in
+/// `common.wgsl`'s ws16_slot, the same for both ops): W [64][K], kdecᵀ [K][64], qdec [64][K],
+/// P [64][64] as 16 x 16 tiles (the A operands of the cooperative-matrix state pass).
+pub fn ws16_slot(k: usize) -> usize {
+    192 * k + 4096
 }
 
 struct Batch {
@@ -97,18 +64,16 @@ struct Batch {
 pub struct Prefill {
     intra: Arc<wgpu::ComputePipeline>,
     state: Arc<wgpu::ComputePipeline>,
-    /// `None` when the coop state pass writes o itself (`fused`: FUSE_O, and it binds o16 as
-    /// binding 8, the dummy when o goes to `outs` as f32)
+    /// `None` in the `coop` kernel, whose state pass writes o itself (it binds o16 as binding 8,
+    /// the dummy when o goes to `outs` as f32)
     output: Option<Arc<wgpu::ComputePipeline>>,
     wsa: wgpu::Buffer,
     wsu: wgpu::Buffer,
     wsh: wgpu::Buffer,
     /// The coop kernel's f16 workspace (`ws16_slot`): binding 9 of its intra variant, 7 of its
-    /// state pass and of gdn's output pass; else `None`.
+    /// state pass; else `None`.
     ws16: Option<wgpu::Buffer>,
     batches: Vec<Batch>,
-    /// gdn's coop kernel: the output pass on cooperative matrices (binds ws16 as binding 7)
-    out16: bool,
     chunks: u32,
     seqs: u32,
     nvt_state: u32,
@@ -116,7 +81,8 @@ pub struct Prefill {
 }
 
 impl Prefill {
-    /// `coop`: the state pass on cooperative matrices (`prefill_state_coop.wgsl`, BV = 32).
+    /// `coop`: the `coop` kernel (intra variant, `prefill_state_coop.wgsl` with BV = 32, no
+    /// output pass).
     pub fn new(
         gpu: &Gpu,
         cache: &PipelineCache,
@@ -125,13 +91,11 @@ impl Prefill {
         coop: bool,
     ) -> Result<Prefill> {
         let (k, v) = (p.k as f64, p.v as f64);
-        // the coop kernel's intra variants write Wᵀ and kdec as f16 into ws16 (ws16_on.wgsl)
         let intra_shader = match (p.op, coop) {
             (Op::Gdn, false) => Shader::GdnPrefillIntra,
             (Op::Kda, false) => Shader::KdaPrefillIntra,
             (Op::Gdn, true) => Shader::GdnPrefillIntraCoop,
-            (Op::Kda, true) if kda_mma4(gpu) => Shader::KdaPrefillIntraMma,
-            (Op::Kda, true) => Shader::KdaPrefillIntraCoop,
+            (Op::Kda, true) => kda_intra_coop(gpu),
         };
         let mut consts = vec![
             ("HEAD_K", k),
@@ -140,92 +104,35 @@ impl Prefill {
             ("G_DT", dt_code(p.g_dtype) as f64),
             ("BETA_DT", dt_code(p.beta_dtype) as f64),
         ];
-        if gpu.probe != 0 {
-            consts.push(("PROBE", gpu.probe as f64));
-        }
-        if p.op == Op::Kda {
-            consts.push(("STEP2_REF", f64::from(kda_step2(gpu.kda_step2))));
-        }
-        if coop {
-            // the f16 A operands stored as 16 x 16 tiles (common.wgsl's TILED)
-            consts.push(("TILED", f64::from(tiled(gpu.tiled))));
-        }
-        if matches!(
-            intra_shader,
-            Shader::GdnPrefillIntraCoop | Shader::KdaPrefillIntraMma
-        ) {
-            // step 4's U tile width (gdn_intra_coop.wgsl): 64 columns where 64 divides V
+        if intra_shader.overrides().contains(&"UW") {
+            // step 4's U tile width (intra_coop.wgsl): 64 columns where 64 divides V
             consts.push(("UW", if p.v.is_multiple_of(64) { 64.0 } else { 32.0 }));
         }
         let intra = cache.get(gpu, intra_shader, &consts)?;
-        // the coop kernel also runs the output pass on cooperative matrices: its intra stage
-        // writes qdecᵀ and Pᵀ, its state pass h and V_new as f16 into ws16 (OUT16) instead of
-        // f32 into wsa / wsh / wsu (kda too since session 12)
-        let out16 = coop;
-        // (and, by default, the coop state pass computes o itself over the h and V_new tiles it
-        // already holds: prefill_state_coop.wgsl v4, session 13)
-        let fused = coop && fuse_o(gpu.fuse_o) == 1;
-        let (bv, state) = if coop {
+        let (bv, state, output) = if coop {
             let state = cache.get(
                 gpu,
                 Shader::PrefillStateCoop,
-                &[
-                    ("HEAD_K", k),
-                    ("HEAD_V", v),
-                    ("OUT16", f64::from(u8::from(out16))),
-                    ("FUSE_O", f64::from(u8::from(fused))),
-                    ("LATE_B", f64::from(u8::from(gpu.state_late != Some(0)))),
-                    ("PROBE", gpu.probe as f64),
-                    ("TILED", f64::from(tiled(gpu.tiled))),
-                ],
+                &[("HEAD_K", k), ("HEAD_V", v)],
             )?;
-            (32, state)
+            (32, state, None)
         } else {
             let bv = state_tile(p.k, gpu.state_bv);
             let state = cache.get(
                 gpu,
                 Shader::PrefillState,
-                &[
-                    ("HEAD_K", k),
-                    ("HEAD_V", v),
-                    ("BV", bv as f64),
-                    ("WS_SPLIT", state_ws(gpu.state_ws) as f64),
-                ],
+                &[("HEAD_K", k), ("HEAD_V", v), ("BV", bv as f64)],
             )?;
-            (bv, state)
-        };
-        // (the coop output pass reads its f16 operands straight from ws16: gdn 0.47 -> 0.38 ms on
-        // the H200, session 8; a version staging them through workgroup memory had measured
-        // 0.744 ms against the f32 pass's 0.469 for kda, session 3. kda's kernel takes it since
-        // session 12, checked through the emulation on lavapipe, not timed on the H200)
-        let output_shader = if out16 {
-            Shader::PrefillOutputCoop
-        } else {
-            Shader::PrefillOutput
-        };
-        let output = if fused {
-            None
-        } else if out16 {
-            let tl = f64::from(tiled(gpu.tiled));
-            Some(cache.get(
-                gpu,
-                output_shader,
-                &[("HEAD_K", k), ("HEAD_V", v), ("TILED", tl)],
-            )?)
-        } else {
-            Some(cache.get(gpu, output_shader, &[("HEAD_K", k), ("HEAD_V", v)])?)
+            let output = cache.get(gpu, Shader::PrefillOutput, &[("HEAD_K", k), ("HEAD_V", v)])?;
+            (bv, state, Some(output))
         };
 
         let nc = sh.tables.chunks as usize;
         let v4 = p.v.div_ceil(4) * 4;
-        // f32 words per head of each workspace (ws16 in halves, coop only; h is in ws16 when
-        // out16, so wsh is not used then)
-        let ws16_words = if coop {
-            nc * ws16_slot(p.k, p.v) / 2
-        } else {
-            0
-        };
-        let wsh_words = if out16 { 0 } else { nc * p.k * v4 };
+        // f32 words per head of each workspace (ws16 in halves, coop only; the coop state pass
+        // keeps h to itself, so wsh is not used then)
+        let ws16_words = if coop { nc * ws16_slot(p.k) / 2 } else { 0 };
+        let wsh_words = if coop { 0 } else { nc * p.k * v4 };
         let per_head = [
             nc * wsa_slot(p.op, p.k),
             nc * 64 * v4,
@@ -278,8 +185,8 @@ impl Prefill {
                 state: gpu.uniform(
                     &Params {
                         nvt: nvt_state,
-                        // (the fused coop pass writes o; the others never read pack_dt)
-                        pack_dt: if fused { pack_dt } else { 0 },
+                        // (the coop pass writes o; the f32 one never reads pack_dt)
+                        pack_dt: if coop { pack_dt } else { 0 },
                         ..common
                     }
                     .words(),
@@ -304,7 +211,6 @@ impl Prefill {
             wsh,
             ws16,
             batches,
-            out16,
             chunks: sh.tables.chunks,
             seqs: p.seqs as u32,
             nvt_state,
@@ -352,14 +258,10 @@ impl Prefill {
                 label: "prefill state",
             });
             if let (true, Some(output)) = (self.chunks > 0, &self.output) {
-                let mut storage = vec![&sh.aux, &self.wsa, &self.wsu, &self.wsh, &sh.outs, o16];
-                if let (true, Some(w16)) = (self.out16, &self.ws16) {
-                    storage.push(w16);
-                }
                 v.push(Dispatch {
                     pipeline: output,
                     uniform: &b.output,
-                    storage,
+                    storage: vec![&sh.aux, &self.wsa, &self.wsu, &self.wsh, &sh.outs, o16],
                     groups: [cx, cy, b.hvb * self.nvt_out],
                     label: "prefill output",
                 });
