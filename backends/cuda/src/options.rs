@@ -8,7 +8,7 @@
 //! | `DELTARULE_CUDA_GROUP_HEADS` | `0`, `1` | `1` | the T-form intra CTA runs every value head of a GVA group |
 //! | `DELTARULE_CUDA_DEPENDENT_LAUNCH` | `0`, `1` | `1` | the T-form state pass (without the overlap) is a programmatic dependent launch |
 //! | `DELTARULE_CUDA_DEFERRED_WAIT` | `0`, `1` | `1` | with grouped heads, a head's bulk-copy wait moves into the next head's stage |
-//! | `DELTARULE_CUDA_STATE_BV` | `16`, `32`, `64`, `wg`, `wgt` | the rule [`crate::plan::state_pass`] | forces the small-bh state pass (other values: the rule) |
+//! | `DELTARULE_CUDA_STATE_BV` | `16`, `32`, `64`, `wg`, `wgt` | the rule [`crate::plan::state_pass`] | forces the small-bh state pass |
 //! | `DELTARULE_CUDA_OVERLAP` | `off` (`0`, `no`), a percentage `1`-`100` | automatic | the overlapped T-form pair off, or its freeing point forced |
 //! | `DELTARULE_CUDA_OVERLAP_TRACE` | `1` | off | the overlapped pair prints a timeline (synchronises; diagnosis only) |
 //! | `DELTARULE_CUDA_FUSED` | `classic` | off | `chunked` keeps the classic fused kernel where the fused T-form applies |
@@ -85,14 +85,20 @@ impl Options {
         Self::from_vars(|name| std::env::var(name).ok())
     }
 
-    /// The options the variables `var` returns set: a value outside a flag's `0 | 1` or the
-    /// decode forms is an error naming the variable; the older knobs (state pass, overlap, trace,
-    /// fused) read anything else as their default.
+    /// The options the variables `var` returns set; a value a variable does not take is an error
+    /// naming the variable and the values it takes.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Options> {
         let flag = |name: &str| -> Result<bool> {
             match var(name).as_deref().map(str::trim) {
                 None | Some("1") => Ok(true),
                 Some("0") => Ok(false),
+                Some(other) => Err(Error::invalid(name, "0 or 1", other)),
+            }
+        };
+        let flag_off = |name: &str| -> Result<bool> {
+            match var(name).as_deref().map(str::trim) {
+                None | Some("0") => Ok(false),
+                Some("1") => Ok(true),
                 Some(other) => Err(Error::invalid(name, "0 or 1", other)),
             }
         };
@@ -113,11 +119,34 @@ impl Options {
                 deferred_wait: flag("DELTARULE_CUDA_DEFERRED_WAIT")?,
             },
             decode_form,
-            state_pass: var("DELTARULE_CUDA_STATE_BV").and_then(|s| StatePass::parse(&s)),
-            overlap: var("DELTARULE_CUDA_OVERLAP")
-                .map_or(OverlapSetting::Auto, |s| OverlapSetting::parse(&s)),
-            overlap_trace: var("DELTARULE_CUDA_OVERLAP_TRACE").is_some_and(|s| s == "1"),
-            fused_classic: var("DELTARULE_CUDA_FUSED").is_some_and(|s| s == "classic"),
+            state_pass: match var("DELTARULE_CUDA_STATE_BV") {
+                None => None,
+                Some(s) => Some(StatePass::parse(&s).ok_or_else(|| {
+                    Error::invalid(
+                        "DELTARULE_CUDA_STATE_BV",
+                        "16, 32, 64, wg or wgt",
+                        s.as_str(),
+                    )
+                })?),
+            },
+            overlap: match var("DELTARULE_CUDA_OVERLAP") {
+                None => OverlapSetting::Auto,
+                Some(s) => OverlapSetting::parse(&s).ok_or_else(|| {
+                    Error::invalid(
+                        "DELTARULE_CUDA_OVERLAP",
+                        "off (or 0, no) or a percentage from 1 to 100",
+                        s.as_str(),
+                    )
+                })?,
+            },
+            overlap_trace: flag_off("DELTARULE_CUDA_OVERLAP_TRACE")?,
+            fused_classic: match var("DELTARULE_CUDA_FUSED").as_deref().map(str::trim) {
+                None => false,
+                Some("classic") => true,
+                Some(other) => {
+                    return Err(Error::invalid("DELTARULE_CUDA_FUSED", "classic", other))
+                }
+            },
         })
     }
 }
@@ -222,7 +251,7 @@ mod tests {
     }
 
     #[test]
-    fn the_older_knobs_read_unknown_values_as_their_default() {
+    fn the_tuning_knobs_take_their_values_and_refuse_others() {
         let o = with(&[
             ("DELTARULE_CUDA_STATE_BV", "wgt"),
             ("DELTARULE_CUDA_OVERLAP", "off"),
@@ -233,14 +262,22 @@ mod tests {
         assert_eq!(o.state_pass, Some(StatePass::TformWgmma));
         assert_eq!(o.overlap, OverlapSetting::Off);
         assert!(o.overlap_trace && o.fused_classic);
-        let o = with(&[
+        let o = with(&[("DELTARULE_CUDA_OVERLAP", "40")]).expect("a percentage");
+        assert_eq!(o.overlap, OverlapSetting::Tau(40));
+        for (name, bad) in [
             ("DELTARULE_CUDA_STATE_BV", "48"),
             ("DELTARULE_CUDA_OVERLAP", "always"),
+            ("DELTARULE_CUDA_OVERLAP", "101"),
             ("DELTARULE_CUDA_OVERLAP_TRACE", "yes"),
             ("DELTARULE_CUDA_FUSED", "tform"),
-        ])
-        .expect("unknown values of these knobs are not errors");
-        assert_eq!(o, Options::default());
+        ] {
+            let why = with(&[(name, bad)]).err().map(|e| e.to_string());
+            assert!(
+                why.as_deref()
+                    .is_some_and(|w| w.contains(name) && w.contains(bad)),
+                "{name}={bad}: {why:?}"
+            );
+        }
     }
 
     #[test]

@@ -131,14 +131,14 @@ pub enum OverlapSetting {
 
 impl OverlapSetting {
     /// `off` (or `0`, `no`), a percentage 1-100, anything else: automatic.
-    pub fn parse(s: &str) -> OverlapSetting {
+    pub fn parse(s: &str) -> Option<OverlapSetting> {
         match s.trim() {
-            "off" | "no" | "0" => OverlapSetting::Off,
+            "off" | "no" | "0" => Some(OverlapSetting::Off),
             t => t
                 .parse::<u32>()
                 .ok()
                 .filter(|v| (1..=100).contains(v))
-                .map_or(OverlapSetting::Auto, OverlapSetting::Tau),
+                .map(OverlapSetting::Tau),
         }
     }
 }
@@ -370,11 +370,11 @@ mod tests {
         let few = overlap_plan(&prefill(1, 4, 8), 132, tform, auto).expect("overlaps");
         assert_eq!((few.free, few.tau), (16, 0));
         // the setting's text
-        assert_eq!(OverlapSetting::parse("off"), OverlapSetting::Off);
-        assert_eq!(OverlapSetting::parse("0"), OverlapSetting::Off);
-        assert_eq!(OverlapSetting::parse("35"), OverlapSetting::Tau(35));
-        assert_eq!(OverlapSetting::parse("135"), OverlapSetting::Auto);
-        assert_eq!(OverlapSetting::parse("on"), OverlapSetting::Auto);
+        assert_eq!(OverlapSetting::parse("off"), Some(OverlapSetting::Off));
+        assert_eq!(OverlapSetting::parse("0"), Some(OverlapSetting::Off));
+        assert_eq!(OverlapSetting::parse("35"), Some(OverlapSetting::Tau(35)));
+        assert_eq!(OverlapSetting::parse("135"), None);
+        assert_eq!(OverlapSetting::parse("on"), None);
     }
 
     #[test]
