@@ -19,6 +19,10 @@ pub enum Error {
     #[error("cannot read `{path}`: {reason}")]
     Input { path: String, reason: String },
 
+    /// An output file cannot be written (the previous file, if any, is left as it was).
+    #[error("cannot write `{path}`: {reason}")]
+    Output { path: String, reason: String },
+
     // ---------------------------------------------------------------- capability
     /// This backend or kernel cannot do this problem (with the reason); selection moves on.
     #[error("{backend}:{kernel} does not support this problem: {reason}")]
@@ -98,7 +102,10 @@ impl Error {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            Error::InvalidArgument { .. } | Error::Input { .. } | Error::NoEligibleRule { .. }
+            Error::InvalidArgument { .. }
+                | Error::Input { .. }
+                | Error::Output { .. }
+                | Error::NoEligibleRule { .. }
         )
     }
 }

@@ -1,11 +1,13 @@
 //! Case files (docs/case-format.md): one safetensors file holding a complete problem and,
 //! optionally, the expected outputs. Read and written exactly; unknown metadata is preserved.
 
+use crate::limits::ByteCap;
+use deltarule_core::problem::InitialState;
 use deltarule_core::problem::{BetaMode, FinalState, Gate, Mode, Op, StateLayout};
 use deltarule_core::{DType, Error, HostTensor, Inputs, Outputs, Problem, Result};
 use safetensors::tensor::{Dtype as StDtype, TensorView};
-use safetensors::SafeTensors;
 use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
 use std::path::Path;
 
 /// The expected outputs a case file may carry.
@@ -56,18 +58,6 @@ const KNOWN_TENSORS: &[&str] = &[
     "expected_final_state",
     "expected_checkpoints",
 ];
-
-fn st_dtype(d: StDtype) -> Option<DType> {
-    match d {
-        StDtype::F64 => Some(DType::F64),
-        StDtype::F32 => Some(DType::F32),
-        StDtype::F16 => Some(DType::F16),
-        StDtype::BF16 => Some(DType::BF16),
-        StDtype::I32 => Some(DType::I32),
-        StDtype::I64 => Some(DType::I64),
-        _ => None,
-    }
-}
 
 fn to_st_dtype(d: DType) -> StDtype {
     match d {
@@ -196,41 +186,330 @@ pub fn metadata_from_problem(p: &Problem) -> BTreeMap<String, String> {
     m
 }
 
-/// Parses a case from the bytes of a safetensors file. `name` labels messages.
-pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case> {
+/// The largest JSON header a case file may declare (the safetensors format's own limit).
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// One tensor entry of a case file's header.
+#[derive(Clone, Debug, PartialEq)]
+struct TensorEntry {
+    name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+    /// Byte range within the data that follows the header.
+    start: usize,
+    end: usize,
+}
+
+/// A checked header: the tensors (in data order) and the metadata.
+#[derive(Clone, Debug, PartialEq)]
+struct Header {
+    tensors: Vec<TensorEntry>,
+    metadata: BTreeMap<String, String>,
+}
+
+/// Key-value pairs in file order, duplicates kept (so that they can be named).
+struct Pairs<V>(Vec<(String, V)>);
+
+impl<'de, V: serde::Deserialize<'de>> serde::Deserialize<'de> for Pairs<V> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit<V>(std::marker::PhantomData<V>);
+        impl<'de, V: serde::Deserialize<'de>> serde::de::Visitor<'de> for Visit<V> {
+            type Value = Pairs<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+                Ok(Pairs(Vec::new()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some((k, x)) = map.next_entry::<String, V>()? {
+                    v.push((k, x));
+                }
+                Ok(Pairs(v))
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+/// A top-level header value: the metadata object or a tensor entry.
+enum HeaderValue {
+    Metadata(Pairs<String>),
+    Tensor(serde_json::Value),
+}
+
+/// The header's top-level object, with `__metadata__` read as string pairs.
+struct TopLevel(Vec<(String, HeaderValue)>);
+
+impl<'de> serde::Deserialize<'de> for TopLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = TopLevel;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object of tensors and `__metadata__`")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(k) = map.next_key::<String>()? {
+                    let x = if k == "__metadata__" {
+                        HeaderValue::Metadata(map.next_value::<Pairs<String>>()?)
+                    } else {
+                        HeaderValue::Tensor(map.next_value::<serde_json::Value>()?)
+                    };
+                    v.push((k, x));
+                }
+                Ok(TopLevel(v))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+fn dtype_of_name(s: &str) -> Option<DType> {
+    match s {
+        "F64" => Some(DType::F64),
+        "F32" => Some(DType::F32),
+        "F16" => Some(DType::F16),
+        "BF16" => Some(DType::BF16),
+        "I32" => Some(DType::I32),
+        "I64" => Some(DType::I64),
+        _ => None,
+    }
+}
+
+/// Reads one tensor entry (`{"dtype", "shape", "data_offsets"}`), naming the tensor in errors.
+fn tensor_entry(name: &str, v: &serde_json::Value) -> Result<TensorEntry> {
+    if !KNOWN_TENSORS.contains(&name) {
+        return Err(Error::invalid(
+            format!("tensor `{name}`"),
+            format!("one of {}", KNOWN_TENSORS.join(", ")),
+            "an unknown tensor name",
+        ));
+    }
+    let bad = |what: &str| {
+        Error::invalid(
+            format!("tensor `{name}` {what}"),
+            match what {
+                "dtype" => "F32, F16, BF16, F64, I32 or I64",
+                "shape" => "a list of non-negative integers",
+                _ => "two byte offsets [start, end] with start <= end",
+            },
+            v.get(what).map_or("missing".to_string(), |x| x.to_string()),
+        )
+    };
+    let dtype = v
+        .get("dtype")
+        .and_then(|d| d.as_str())
+        .and_then(dtype_of_name)
+        .ok_or_else(|| bad("dtype"))?;
+    let shape = v
+        .get("shape")
+        .and_then(|s| s.as_array())
+        .and_then(|a| {
+            a.iter()
+                .map(|x| x.as_u64().and_then(|x| usize::try_from(x).ok()))
+                .collect::<Option<Vec<usize>>>()
+        })
+        .ok_or_else(|| bad("shape"))?;
+    let offsets = v
+        .get("data_offsets")
+        .and_then(|s| s.as_array())
+        .filter(|a| a.len() == 2)
+        .and_then(|a| {
+            let s = usize::try_from(a[0].as_u64()?).ok()?;
+            let e = usize::try_from(a[1].as_u64()?).ok()?;
+            (s <= e).then_some((s, e))
+        })
+        .ok_or_else(|| bad("data_offsets"))?;
+    Ok(TensorEntry {
+        name: name.to_string(),
+        dtype,
+        shape,
+        start: offsets.0,
+        end: offsets.1,
+    })
+}
+
+/// Parses and checks a header's JSON against `data_len`, the bytes of tensor data that follow
+/// it: no duplicate keys, known tensor names and dtypes, each tensor's bytes equal to its shape
+/// times its dtype, the tensors tiling the data exactly.
+fn parse_header(name: &str, json: &[u8], data_len: u64) -> Result<Header> {
     let input_err = |reason: String| Error::Input {
         path: name.to_string(),
         reason,
     };
-    let (_, header) = SafeTensors::read_metadata(bytes)
-        .map_err(|e| input_err(format!("not a valid safetensors file: {e}")))?;
-    let st = SafeTensors::deserialize(bytes)
-        .map_err(|e| input_err(format!("not a valid safetensors file: {e}")))?;
-    let metadata: BTreeMap<String, String> = header
-        .metadata()
-        .as_ref()
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default();
-    let mut tensors: HashMap<String, HostTensor> = HashMap::new();
-    for (tname, view) in st.tensors() {
-        if !KNOWN_TENSORS.contains(&tname.as_str()) {
+    let top: TopLevel = serde_json::from_slice(json)
+        .map_err(|e| input_err(format!("not a valid safetensors header: {e}")))?;
+    let mut metadata = BTreeMap::new();
+    let mut tensors: Vec<TensorEntry> = Vec::new();
+    let mut seen_metadata = false;
+    for (key, value) in &top.0 {
+        match value {
+            HeaderValue::Metadata(pairs) => {
+                if seen_metadata {
+                    return Err(input_err("`__metadata__` appears twice".into()));
+                }
+                seen_metadata = true;
+                for (k, v) in &pairs.0 {
+                    if metadata.insert(k.clone(), v.clone()).is_some() {
+                        return Err(Error::invalid(
+                            format!("metadata `{k}`"),
+                            "one entry per key",
+                            "a duplicate key",
+                        ));
+                    }
+                }
+            }
+            HeaderValue::Tensor(v) => {
+                if tensors.iter().any(|t| &t.name == key) {
+                    return Err(Error::invalid(
+                        format!("tensor `{key}`"),
+                        "one entry per tensor",
+                        "a duplicate tensor name",
+                    ));
+                }
+                tensors.push(tensor_entry(key, v)?);
+            }
+        }
+    }
+    tensors.sort_by_key(|t| (t.start, t.end));
+    let mut at = 0usize;
+    for t in &tensors {
+        let bytes = t
+            .shape
+            .iter()
+            .try_fold(t.dtype.size(), |acc, &d| acc.checked_mul(d));
+        if bytes != Some(t.end - t.start) {
             return Err(Error::invalid(
-                format!("tensor `{tname}`"),
-                format!("one of {}", KNOWN_TENSORS.join(", ")),
-                "an unknown tensor name",
+                format!("tensor `{}`", t.name),
+                format!(
+                    "data_offsets spanning its shape {:?} of {} ({})",
+                    t.shape,
+                    t.dtype,
+                    bytes.map_or("more than usize bytes".into(), |b| format!("{b} bytes"))
+                ),
+                format!("[{}, {}] ({} bytes)", t.start, t.end, t.end - t.start),
             ));
         }
-        let dtype = st_dtype(view.dtype()).ok_or_else(|| {
-            Error::invalid(
-                format!("tensor `{tname}` dtype"),
-                "F32, F16, BF16, F64, I32 or I64",
-                format!("{:?}", view.dtype()),
-            )
-        })?;
-        let t = HostTensor::from_le_bytes(dtype, view.shape().to_vec(), view.data())
-            .map_err(|e| input_err(format!("tensor `{tname}`: {e}")))?;
-        tensors.insert(tname, t);
+        if t.start != at {
+            return Err(Error::invalid(
+                format!("tensor `{}`", t.name),
+                format!("data starting at byte {at} (tensors tile the data, no gaps or overlaps)"),
+                format!("data_offsets [{}, {}]", t.start, t.end),
+            ));
+        }
+        at = t.end;
     }
+    if at as u64 != data_len {
+        return Err(input_err(format!(
+            "the header declares {at} bytes of tensor data but the file holds {data_len} after it"
+        )));
+    }
+    Ok(Header { tensors, metadata })
+}
+
+/// The problem a header describes (dimensions from the tensor shapes, options from the
+/// metadata), for the cost check before the data is read.
+fn header_problem(header: &Header) -> Result<Problem> {
+    let shape = |n: &str| {
+        header
+            .tensors
+            .iter()
+            .find(|t| t.name == n)
+            .map(|t| t.shape.as_slice())
+            .ok_or_else(|| Error::invalid(format!("tensor `{n}`"), "present (required)", "missing"))
+    };
+    let q = shape("q")?;
+    let v = shape("v")?;
+    let cu = shape("cu_seqlens")?;
+    for (n, s, want) in [("q", q, "[T, H, K]"), ("v", v, "[T, HV, V]")] {
+        if s.len() != 3 {
+            return Err(Error::invalid(n, format!("shape {want}"), format!("{s:?}")));
+        }
+    }
+    if cu.len() != 1 || cu[0] < 2 {
+        return Err(Error::invalid(
+            "cu_seqlens",
+            "shape [N + 1] with N >= 1",
+            format!("{cu:?}"),
+        ));
+    }
+    let mut p = options_from_metadata(&header.metadata)?;
+    let (op, mode) = (p.op, p.mode);
+    let dims = Problem::new(op, mode, cu[0] - 1, q[0], q[1], v[1], q[2], v[2]);
+    (p.seqs, p.tokens, p.h, p.hv, p.k, p.v) =
+        (dims.seqs, dims.tokens, dims.h, dims.hv, dims.k, dims.v);
+    p.initial = match shape("initial_state").ok().and_then(|s| s.first().copied()) {
+        None => InitialState::None,
+        Some(rows) if shape("state_indices").is_ok() => InitialState::Pool { rows },
+        Some(_) => InitialState::Dense,
+    };
+    p.final_state = match p.initial {
+        InitialState::Pool { .. } => FinalState::InPlace,
+        _ => FinalState::Dense,
+    };
+    Ok(p)
+}
+
+/// Checks a header's cost against `cap`: the problem's estimated allocation
+/// ([`crate::limits::problem_bytes`]) plus the file's data, read and decoded.
+fn check_cost(name: &str, header: &Header, data_len: u64, cap: &ByteCap) -> Result<()> {
+    let p = header_problem(header)?;
+    let asked =
+        crate::limits::problem_bytes(&p).and_then(|b| b.checked_add(data_len.checked_mul(2)?));
+    cap.check(&format!("case `{name}` ({p})"), asked)
+}
+
+/// The header length that starts a file, checked against the file's length.
+fn header_len(name: &str, first8: &[u8], file_len: u64) -> Result<u64> {
+    let input_err = |reason: String| Error::Input {
+        path: name.to_string(),
+        reason,
+    };
+    let Ok(b8) = <[u8; 8]>::try_from(first8) else {
+        return Err(input_err(format!(
+            "not a valid safetensors file: {file_len} bytes, shorter than the 8-byte header length"
+        )));
+    };
+    let n = u64::from_le_bytes(b8);
+    if n > MAX_HEADER_BYTES || n > file_len.saturating_sub(8) {
+        return Err(input_err(format!(
+            "not a valid safetensors file: a header of {n} bytes declared in a file of {file_len} bytes (at most {MAX_HEADER_BYTES})"
+        )));
+    }
+    Ok(n)
+}
+
+/// Parses a case from the bytes of a safetensors file. `name` labels messages. The problem's
+/// cost is checked against the machine's cap ([`ByteCap::resolve`]).
+pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case> {
+    parse_case_with_limit(name, bytes, &ByteCap::resolve(None)?)
+}
+
+/// [`parse_case`] with an explicit cap.
+pub fn parse_case_with_limit(name: &str, bytes: &[u8], cap: &ByteCap) -> Result<Case> {
+    let file_len = bytes.len() as u64;
+    let n = header_len(name, bytes.get(..8).unwrap_or(bytes), file_len)? as usize;
+    let data = &bytes[8 + n..];
+    let header = parse_header(name, &bytes[8..8 + n], data.len() as u64)?;
+    check_cost(name, &header, data.len() as u64, cap)?;
+    let mut tensors: HashMap<String, HostTensor> = HashMap::new();
+    for e in &header.tensors {
+        let t = HostTensor::from_le_bytes(e.dtype, e.shape.clone(), &data[e.start..e.end])
+            .map_err(|err| {
+                Error::invalid(format!("tensor `{}`", e.name), "its data", err.to_string())
+            })?;
+        tensors.insert(e.name.clone(), t);
+    }
+    let metadata = header.metadata;
     let mut take = |n: &str| tensors.remove(n);
     let required = |t: Option<HostTensor>, n: &str| {
         t.ok_or_else(|| Error::invalid(format!("tensor `{n}`"), "present (required)", "missing"))
@@ -264,6 +543,7 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case> {
     template.final_state = FinalState::Dense;
     template.state_out_dtype = DType::F32;
     let problem = Problem::from_inputs(&template, &inputs)?;
+    check_expected_shapes(&problem, &inputs, &expected)?;
     if expected.checkpoints.is_some() && problem.checkpoint_every.is_none() {
         return Err(Error::invalid(
             "metadata `checkpoint_every`",
@@ -280,23 +560,118 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case> {
     })
 }
 
-/// Reads a case file.
+/// Checks the expected tensors' shapes against the problem: a wrong shape is an input error
+/// naming the tensor, not a tolerance failure.
+fn check_expected_shapes(p: &Problem, inputs: &Inputs, expected: &Expected) -> Result<()> {
+    let check = |name: &str, got: Option<&HostTensor>, want: Option<Vec<usize>>, what: &str| match (
+        got, want,
+    ) {
+        (Some(t), Some(w)) if t.shape != w => Err(Error::invalid(
+            format!("tensor `{name}`"),
+            format!("shape {w:?} ({what})"),
+            format!("{:?}", t.shape),
+        )),
+        _ => Ok(()),
+    };
+    check(
+        "expected_o",
+        expected.o.as_ref(),
+        Some(p.o_shape()),
+        "[T, HV, V]",
+    )?;
+    check(
+        "expected_final_state",
+        expected.final_state.as_ref(),
+        p.final_shape(),
+        "the final state: [N, HV, ...] dense, or the whole pool",
+    )?;
+    if let (Some(every), Ok(cu)) = (p.checkpoint_every, inputs.cu_seqlens.to_i64_vec("cu")) {
+        if cu.windows(2).all(|w| w[0] <= w[1]) {
+            let total: i64 = cu.windows(2).map(|w| (w[1] - w[0]) / every as i64).sum();
+            let mut want = p.state_shape(0);
+            want[0] = total as usize;
+            check(
+                "expected_checkpoints",
+                expected.checkpoints.as_ref(),
+                Some(want),
+                "[total checkpoints, HV, ...]",
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads a case file, with the machine's cap ([`ByteCap::resolve`]).
 pub fn read_case(path: &Path) -> Result<Case> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Input {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })?;
+    read_case_with_limit(path, &ByteCap::resolve(None)?)
+}
+
+/// Reads a case file: refuses anything but a regular file, reads and checks the header (its
+/// tensors, metadata and the problem's cost against `cap`) before the data, then reads exactly
+/// the declared data.
+pub fn read_case_with_limit(path: &Path, cap: &ByteCap) -> Result<Case> {
+    let shown = path.display().to_string();
+    let input_err = |reason: String| Error::Input {
+        path: shown.clone(),
+        reason,
+    };
+    let not_regular = || {
+        input_err(
+            "not a regular file (a directory, FIFO or device); a case is a .safetensors file"
+                .into(),
+        )
+    };
+    // stat before opening: opening a FIFO blocks until a writer comes
+    let meta = std::fs::metadata(path).map_err(|e| input_err(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    let mut file = std::fs::File::open(path).map_err(|e| input_err(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| input_err(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string());
-    parse_case(&name, &bytes).map_err(|e| match e {
-        Error::Input { reason, .. } => Error::Input {
-            path: path.display().to_string(),
-            reason,
-        },
+        .unwrap_or_else(|| shown.clone());
+    let relabel = |e: Error| match e {
+        Error::Input { reason, .. } => input_err(reason),
         other => other,
-    })
+    };
+    let file_len = meta.len();
+    let mut first8 = Vec::with_capacity(8);
+    (&mut file)
+        .take(8)
+        .read_to_end(&mut first8)
+        .map_err(|e| input_err(e.to_string()))?;
+    let n = header_len(&name, &first8, file_len).map_err(relabel)?;
+    let data_len = file_len - 8 - n;
+    let mut header_bytes = Vec::with_capacity(n as usize);
+    (&mut file)
+        .take(n)
+        .read_to_end(&mut header_bytes)
+        .map_err(|e| input_err(e.to_string()))?;
+    if header_bytes.len() as u64 != n {
+        return Err(input_err("the file ended inside its header".into()));
+    }
+    let header = parse_header(&name, &header_bytes, data_len).map_err(relabel)?;
+    check_cost(&name, &header, data_len, cap).map_err(relabel)?;
+    let total = usize::try_from(file_len).map_err(|_| input_err("too large to read".into()))?;
+    let mut bytes = Vec::with_capacity(total);
+    bytes.extend_from_slice(&first8);
+    bytes.extend_from_slice(&header_bytes);
+    (&mut file)
+        .take(data_len)
+        .read_to_end(&mut bytes)
+        .map_err(|e| input_err(e.to_string()))?;
+    if bytes.len() != total {
+        return Err(input_err(format!(
+            "the file holds {} bytes, {total} when it was opened",
+            bytes.len()
+        )));
+    }
+    parse_case_with_limit(&name, &bytes, cap).map_err(relabel)
 }
 
 /// Serialises a case (inputs, expected outputs, metadata: the case's own entries, with the
@@ -347,11 +722,40 @@ pub fn case_bytes(case: &Case) -> Result<Vec<u8>> {
         .map_err(|e| Error::invalid("case", "a serialisable case", e.to_string()))
 }
 
-/// Writes a case file.
+/// Writes a case file atomically (see [`write_atomic`]).
 pub fn write_case(path: &Path, case: &Case) -> Result<()> {
     let bytes = case_bytes(case)?;
-    std::fs::write(path, bytes).map_err(|e| Error::Input {
+    write_atomic(path, &bytes)
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder, synced and renamed into
+/// place: a reader sees the old file or the new one, never a part. Failures say
+/// `cannot write <path>: <reason>` and leave no temporary file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let out_err = |reason: String| Error::Output {
         path: path.display().to_string(),
-        reason: e.to_string(),
+        reason,
+    };
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| out_err("not a file name".into()))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        out_err(e.to_string())
     })
 }

@@ -8,6 +8,7 @@ pub mod casefile;
 pub mod cases;
 pub mod diff;
 pub mod generate;
+pub mod limits;
 pub mod rng;
 pub mod suite;
 

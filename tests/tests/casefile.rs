@@ -165,3 +165,211 @@ fn truncated_and_corrupted_files_are_input_errors() {
     let missing = read_case(std::path::Path::new("/nonexistent/case.safetensors"));
     assert!(matches!(missing, Err(Error::Input { .. })));
 }
+
+/// A file from a raw JSON header and data.
+fn raw_file(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("deltarule-casefile-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d.join(name)
+}
+
+fn input_reason(r: deltarule_core::Result<deltarule_tests::casefile::Case>) -> String {
+    match r {
+        Err(Error::Input { reason, .. }) => reason,
+        Err(other) => panic!("expected an input error, got {other}"),
+        Ok(_) => panic!("accepted"),
+    }
+}
+
+#[test]
+fn non_regular_files_are_refused_without_reading_them() {
+    let dir = scratch("a-directory");
+    std::fs::create_dir_all(&dir).expect("dir");
+    for p in [std::path::Path::new("/dev/zero"), dir.as_path()] {
+        let reason = input_reason(read_case(p));
+        assert!(
+            reason.contains("not a regular file"),
+            "{}: {reason}",
+            p.display()
+        );
+    }
+    let fifo = scratch("fifo.safetensors");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if made.is_ok_and(|s| s.success()) {
+        // opening a FIFO without a writer blocks: the reader must refuse it before opening
+        let reason = input_reason(read_case(&fifo));
+        assert!(reason.contains("not a regular file"), "{reason}");
+    }
+}
+
+#[test]
+fn a_sparse_file_with_an_empty_header_is_refused_before_its_data_is_read() {
+    let path = scratch("sparse.safetensors");
+    std::fs::write(&path, raw_file("{}", b"")).expect("write");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    f.set_len(2_000_000_000).expect("sparse length");
+    let t0 = std::time::Instant::now();
+    let reason = input_reason(read_case(&path));
+    assert!(reason.contains("declares 0 bytes"), "{reason}");
+    assert!(t0.elapsed().as_secs_f64() < 1.0, "{:?}", t0.elapsed());
+    let _ = std::fs::remove_file(&path);
+    let reason = input_reason(parse_case("huge", &raw_file("{}", b"")[..5]));
+    assert!(reason.contains("8-byte header length"), "{reason}");
+    let mut lying = 1u64.to_le_bytes().to_vec();
+    lying[7] = 0x7f;
+    let reason = input_reason(parse_case("lying", &lying));
+    assert!(reason.contains("header of"), "{reason}");
+}
+
+#[test]
+fn duplicate_metadata_keys_and_tensor_names_are_named() {
+    let good = case_bytes(&sample()).expect("serialise");
+    let n = u64::from_le_bytes(good[..8].try_into().expect("8 bytes")) as usize;
+    let header = String::from_utf8(good[8..8 + n].to_vec()).expect("utf8");
+    let data = &good[8 + n..];
+    let dup_meta = header.replacen(
+        "\"__metadata__\":{",
+        "\"__metadata__\":{\"gate\":\"softplus\",",
+        1,
+    );
+    assert_ne!(dup_meta, header, "the header has metadata");
+    match parse_case("dup", &raw_file(&dup_meta, data)) {
+        Err(Error::InvalidArgument { field, got, .. }) => {
+            assert_eq!(field, "metadata `gate`");
+            assert!(got.contains("duplicate"), "{got}");
+        }
+        other => panic!("expected a duplicate-key error, got {other:?}"),
+    }
+    let json: serde_json::Value = serde_json::from_str(&header).expect("json");
+    let q = json["q"].to_string();
+    let dup_tensor = header.replacen('{', &format!("{{\"q\":{q},"), 1);
+    match parse_case("dupq", &raw_file(&dup_tensor, data)) {
+        Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "tensor `q`"),
+        other => panic!("expected a duplicate-tensor error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_tensor_whose_offsets_do_not_match_its_shape_is_named() {
+    let header = r#"{"__metadata__":{"op":"gdn"},"q":{"dtype":"F32","shape":[2,1,16],"data_offsets":[0,64]}}"#;
+    match parse_case("short", &raw_file(header, &[0u8; 64])) {
+        Err(Error::InvalidArgument {
+            field, expected, ..
+        }) => {
+            assert_eq!(field, "tensor `q`");
+            assert!(expected.contains("128 bytes"), "{expected}");
+        }
+        other => panic!("expected a shape error naming q, got {other:?}"),
+    }
+}
+
+/// A case of T = 0 with `heads` q/k and value heads: every tensor but cu_seqlens is empty.
+fn zero_token_header(heads: usize) -> Vec<u8> {
+    let e = |shape: &str, dtype: &str| {
+        format!(r#"{{"dtype":"{dtype}","shape":{shape},"data_offsets":[0,0]}}"#)
+    };
+    let hk = format!("[0,{heads},64]");
+    let hv = format!("[0,{heads}]");
+    let header = format!(
+        r#"{{"__metadata__":{{"op":"gdn"}},"q":{},"k":{},"v":{},"g":{},"beta":{},"cu_seqlens":{{"dtype":"I64","shape":[2],"data_offsets":[0,16]}}}}"#,
+        e(&hk, "BF16"),
+        e(&hk, "BF16"),
+        e(&hk, "BF16"),
+        e(&hv, "F32"),
+        e(&hv, "F32"),
+    );
+    raw_file(&header, &[0u8; 16])
+}
+
+#[test]
+fn zero_token_cases_with_absurd_head_counts_are_refused_by_the_cap() {
+    use deltarule_tests::casefile::parse_case_with_limit;
+    use deltarule_tests::limits::{ByteCap, CapSource};
+    let cap = ByteCap {
+        bytes: 1 << 30,
+        source: CapSource::Fallback,
+    };
+    let bytes = zero_token_header(1 << 20);
+    assert!(bytes.len() < 1000, "a small file: {}", bytes.len());
+    match parse_case_with_limit("heads", &bytes, &cap) {
+        Err(Error::InvalidArgument { field, got, .. }) => {
+            assert_eq!(field, "memory");
+            assert!(got.contains("GiB"), "{got}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let path = scratch("heads.safetensors");
+    std::fs::write(&path, &bytes).expect("write");
+    let e = deltarule_tests::casefile::read_case_with_limit(&path, &cap).expect_err("refused");
+    assert!(e.to_string().contains("--max-bytes"), "{e}");
+    let small = parse_case_with_limit("small", &zero_token_header(2), &cap).expect("small");
+    assert_eq!(small.problem.hv, 2);
+}
+
+#[test]
+fn expected_tensors_of_the_wrong_shape_are_input_errors_naming_them() {
+    let mut c = sample();
+    let o = c.expected.o.clone().expect("expected_o");
+    let mut shape = o.shape.clone();
+    shape[2] += 1;
+    let n: usize = shape.iter().product();
+    c.expected.o = Some(deltarule_core::HostTensor::from_f64(
+        DType::F32,
+        shape,
+        &vec![0.0; n],
+    ));
+    expect_invalid(&case_bytes(&c).expect("serialise"), "expected_o");
+    let mut c = sample();
+    let s = c.expected.final_state.clone().expect("final");
+    c.expected.final_state = Some(deltarule_core::HostTensor::from_f64(
+        s.dtype(),
+        vec![1, 1, 1, 1],
+        &[0.0],
+    ));
+    expect_invalid(&case_bytes(&c).expect("serialise"), "expected_final_state");
+    let mut c = sample();
+    c.expected.checkpoints = Some(deltarule_core::HostTensor::from_f64(
+        DType::F32,
+        vec![1, 2, 16, 32],
+        &[0.0; 1024],
+    ));
+    expect_invalid(&case_bytes(&c).expect("serialise"), "expected_checkpoints");
+}
+
+#[test]
+fn writes_are_atomic_and_failures_say_cannot_write() {
+    use deltarule_tests::casefile::write_atomic;
+    let path = scratch("atomic.bin");
+    std::fs::write(&path, b"old").expect("write");
+    write_atomic(&path, b"new contents").expect("write");
+    assert_eq!(std::fs::read(&path).expect("read"), b"new contents");
+    let dir = path.parent().expect("dir");
+    let leftovers: Vec<_> = std::fs::read_dir(dir)
+        .expect("list")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // a folder in the way: the rename fails, the temporary file goes
+    let blocked = scratch("blocked");
+    std::fs::create_dir_all(blocked.join("inside")).expect("dir");
+    match write_atomic(&blocked, b"x") {
+        Err(e @ Error::Output { .. }) => assert!(e.to_string().starts_with("cannot write"), "{e}"),
+        other => panic!("expected an output error, got {other:?}"),
+    }
+    assert!(!scratch(&format!(".blocked.{}.tmp", std::process::id())).exists());
+    let e = write_atomic(std::path::Path::new("/no/such/dir/x.safetensors"), b"x")
+        .expect_err("no folder");
+    assert!(e.to_string().starts_with("cannot write"), "{e}");
+}
