@@ -4,6 +4,7 @@ use clap::{Args, ValueEnum};
 use deltarule_core::problem::{BetaMode, FinalState, Gate, InitialState, Mode, Op, StateLayout};
 use deltarule_core::{DType, Error, Problem, Result};
 use deltarule_tests::generate::split_tokens;
+use deltarule_tests::limits::{parse_bytes, ByteCap};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum OpArg {
@@ -61,25 +62,25 @@ pub struct ProblemArgs {
     #[arg(long, value_enum, default_value = "prefill")]
     pub mode: ModeArg,
     /// Total tokens T of all sequences.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = count)]
     pub tokens: Option<usize>,
     /// Number of sequences N (lengths drawn at random from the seed unless --seqlens is given).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true, value_parser = count)]
     pub seqs: usize,
     /// Explicit sequence lengths, comma separated (overrides --tokens/--seqs).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = count)]
     pub seqlens: Option<Vec<usize>>,
     /// q/k heads H.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = count)]
     pub heads: Option<usize>,
     /// Value heads HV (default H).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = count)]
     pub v_heads: Option<usize>,
     /// Key head dim K.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, allow_hyphen_values = true, value_parser = count)]
     pub head_dim: usize,
     /// Value head dim V (default K).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = count)]
     pub value_dim: Option<usize>,
     /// Seed of the generated data.
     #[arg(long, default_value_t = 0)]
@@ -121,13 +122,13 @@ pub struct ProblemArgs {
     #[arg(long, value_enum, default_value = "none")]
     pub initial_state: InitArg,
     /// Rows of the state pool (with --initial-state pool; default 2N).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = count)]
     pub pool_size: Option<usize>,
     /// Final state: dense, in place in the pool (default with a pool), or none.
     #[arg(long, value_enum)]
     pub final_state: Option<FinalArg>,
     /// Write the state after every E tokens of each sequence.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = count)]
     pub checkpoint_every: Option<usize>,
     /// dtype of cu_seqlens.
     #[arg(long, default_value = "i64")]
@@ -140,6 +141,20 @@ pub struct ProblemArgs {
     pub check_finite: bool,
 }
 
+/// A count argument: a non-negative integer (`-1` is named as such, not taken for a flag).
+pub fn count(s: &str) -> std::result::Result<usize, String> {
+    s.trim()
+        .parse::<usize>()
+        .map_err(|_| format!("`{s}` must be a non-negative integer"))
+}
+
+/// A byte count argument: digits with an optional K, M, G or T suffix.
+pub fn byte_count(s: &str) -> std::result::Result<u64, String> {
+    parse_bytes(s).ok_or_else(|| {
+        format!("`{s}` must be a byte count such as 4000000000 or 4G (suffixes K, M, G, T)")
+    })
+}
+
 fn dtype(field: &str, s: &str) -> Result<DType> {
     DType::parse(s).ok_or_else(|| Error::invalid(field, "one of bf16, f16, f32, i32, i64", s))
 }
@@ -150,8 +165,10 @@ impl ProblemArgs {
         self.op.is_some() || self.tokens.is_some() || self.heads.is_some() || self.seqlens.is_some()
     }
 
-    /// The problem and its sequence lengths.
-    pub fn problem(&self) -> Result<(Problem, Vec<usize>)> {
+    /// The problem and its sequence lengths. With `allocates`, the problem's estimated
+    /// allocation is checked against `cap` before its inputs exist; without (selection only), the
+    /// sequence lengths alone are.
+    pub fn problem(&self, cap: &ByteCap, allocates: bool) -> Result<(Problem, Vec<usize>)> {
         let op = match self.op {
             Some(OpArg::Gdn) => Op::Gdn,
             Some(OpArg::Kda) => Op::Kda,
@@ -161,13 +178,17 @@ impl ProblemArgs {
             ModeArg::Prefill => Mode::Prefill,
             ModeArg::Decode => Mode::Decode,
         };
-        let seqlens = match (&self.seqlens, self.tokens) {
+        // (N, T) first: the lengths are drawn only once the problem passes the cap
+        let (seqs, tokens) = match (&self.seqlens, self.tokens) {
             (Some(l), _) => {
                 if l.is_empty() {
                     return Err(Error::invalid("--seqlens", "at least one length", "none"));
                 }
+                let sum = l
+                    .iter()
+                    .try_fold(0usize, |a, &x| a.checked_add(x))
+                    .ok_or_else(|| Error::invalid("--seqlens", "a sum that fits", "an overflow"))?;
                 if let Some(t) = self.tokens {
-                    let sum: usize = l.iter().sum();
                     if sum != t {
                         return Err(Error::invalid(
                             "--tokens",
@@ -176,13 +197,13 @@ impl ProblemArgs {
                         ));
                     }
                 }
-                l.clone()
+                (l.len(), sum)
             }
             (None, Some(t)) => {
                 if self.seqs == 0 {
                     return Err(Error::invalid("--seqs", "at least 1", "0"));
                 }
-                split_tokens(t, self.seqs, self.seed)
+                (self.seqs, t)
             }
             (None, None) => {
                 return Err(Error::invalid(
@@ -198,7 +219,7 @@ impl ProblemArgs {
         let hv = self.v_heads.unwrap_or(h);
         let k = self.head_dim;
         let v = self.value_dim.unwrap_or(k);
-        let mut p = Problem::new(op, mode, seqlens.len(), seqlens.iter().sum(), h, hv, k, v);
+        let mut p = Problem::new(op, mode, seqs, tokens, h, hv, k, v);
         p.qkv_dtype = dtype("--dtype", &self.dtype)?;
         p.g_dtype = dtype("--g-dtype", &self.g_dtype)?;
         p.beta_dtype = dtype("--beta-dtype", &self.beta_dtype)?;
@@ -236,7 +257,7 @@ impl ProblemArgs {
             InitArg::None => InitialState::None,
             InitArg::Dense => InitialState::Dense,
             InitArg::Pool => InitialState::Pool {
-                rows: self.pool_size.unwrap_or(2 * seqlens.len()),
+                rows: self.pool_size.unwrap_or(seqs.saturating_mul(2)),
             },
         };
         p.final_state = match (self.final_state, self.initial_state) {
@@ -251,6 +272,18 @@ impl ProblemArgs {
         p.index_dtype = dtype("--index-dtype", &self.index_dtype)?;
         p.check_finite = self.check_finite;
         p.validate()?;
+        if allocates {
+            cap.check_problem(&p)?;
+        } else {
+            cap.check(
+                "the sequence lengths",
+                (seqs as u64).checked_mul(2 * std::mem::size_of::<usize>() as u64),
+            )?;
+        }
+        let seqlens = match &self.seqlens {
+            Some(l) => l.clone(),
+            None => split_tokens(tokens, seqs, self.seed),
+        };
         Ok((p, seqlens))
     }
 }

@@ -10,6 +10,7 @@ use deltarule_core::select::Preference;
 use deltarule_core::{median, BenchOptions, DType, Error, Problem, Result};
 use deltarule_tests::diff::render_aligned;
 use deltarule_tests::generate::{generate, DataStyle};
+use deltarule_tests::limits::ByteCap;
 use serde_json::json;
 
 /// The roofline's ceilings, measured on an H200: dense bf16 matrix rate and copy bandwidth
@@ -168,7 +169,7 @@ pub fn min_bytes(p: &Problem, states: usize) -> f64 {
     b
 }
 
-pub fn run(args: BenchArgs) -> Result<Outcome> {
+pub fn run(args: BenchArgs, cap: &ByteCap) -> Result<Outcome> {
     // (name, problem and lengths, named shape: times the whole workload, see every_sequence_active)
     let mut problems = Vec::new();
     for s in &args.shapes {
@@ -181,7 +182,7 @@ pub fn run(args: BenchArgs) -> Result<Outcome> {
         }
     }
     if args.problem.given() {
-        let pp = args.problem.problem()?;
+        let pp = args.problem.problem(cap, true)?;
         problems.push((pp.0.id(), pp, false));
     }
     if problems.is_empty() {

@@ -1,8 +1,9 @@
 //! `deltarule`: the command-line face of the engine.
 //!
 //! Exit codes: 0 success (every comparison within tolerance), 1 a tolerance exceeded, 2 a usage or
-//! input error (unreadable file, invalid problem, a backend choice that does not fit), 3 a device
-//! or compile error.
+//! input error (unreadable file, invalid problem, a problem over the memory cap, a backend choice
+//! that does not fit, nothing compared), 3 a device or compile error (an unavailable backend asked
+//! for by name included). `diff` runs every case and exits with the worst code of all.
 
 mod args;
 mod bench;
@@ -13,12 +14,13 @@ use deltarule_core::problem::{Mode, Op};
 use deltarule_core::select::{render_rules, DeviceState, Preference};
 use deltarule_core::{BackendKind, Error};
 use deltarule_engine::{Engine, EngineOptions};
-use deltarule_tests::casefile::{read_case, write_case, Case};
+use deltarule_tests::casefile::{read_case_with_limit, write_case, Case};
 use deltarule_tests::diff::{
     backend_kind, default_backends, diff_case, diff_preference, reference_outputs, render_table,
     DiffRow,
 };
 use deltarule_tests::generate::{generate, with_expected, DataStyle};
+use deltarule_tests::limits::ByteCap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -31,6 +33,10 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// The most bytes a case or generated problem may allocate (K, M, G, T suffixes). Default:
+    /// DELTARULE_MAX_BYTES, else 75 % of the available memory, else 8G.
+    #[arg(long, global = true, value_parser = args::byte_count)]
+    max_bytes: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -130,15 +136,18 @@ fn alias_backend(
 
 enum Outcome {
     Pass,
-    Fail,
+    /// Errors already reported; exit with this code.
+    Code(u8),
 }
 
+/// The exit code of an error: 2 for usage and input errors and for a backend that cannot do the
+/// problem, 3 for device and compile errors, an unavailable backend included.
 fn exit_code(e: &Error) -> u8 {
     if e.is_usage() {
         2
     } else {
         match e {
-            Error::Unavailable { .. } | Error::Unsupported { .. } => 2,
+            Error::Unsupported { .. } => 2,
             _ => 3,
         }
     }
@@ -148,7 +157,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(Outcome::Pass) => ExitCode::SUCCESS,
-        Ok(Outcome::Fail) => ExitCode::from(1),
+        Ok(Outcome::Code(c)) => ExitCode::from(c),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(exit_code(&e))
@@ -157,10 +166,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<Outcome, Error> {
+    let cap = ByteCap::resolve(cli.max_bytes)?;
     match cli.cmd {
-        Cmd::Diff(args) => cmd_diff(args),
+        Cmd::Diff(args) => cmd_diff(args, &cap),
         Cmd::Gen { problem, out } => {
-            let (p, seqlens) = problem.problem()?;
+            let (p, seqlens) = problem.problem(&cap, true)?;
             let case = generate(&p, &seqlens, problem.seed, DataStyle::default())?;
             eprintln!(
                 "computing the float64 reference for {} ({} sequences x {} value heads)...",
@@ -200,7 +210,7 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
             kda_prefill_backend,
             explain,
         } => {
-            let (p, seqlens) = problem.problem()?;
+            let (p, seqlens) = problem.problem(&cap, false)?;
             let name = alias_backend(
                 p.op,
                 p.mode,
@@ -235,7 +245,7 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
                 Err(e) => Err(e),
             }
         }
-        Cmd::Bench(args) => bench::run(args),
+        Cmd::Bench(args) => bench::run(args, &cap),
     }
 }
 
@@ -250,7 +260,7 @@ fn has_row(case: &Case, name: &str) -> bool {
         .any(|r| r.op == case.problem.op && r.mode == case.problem.mode && pref.wants(r))
 }
 
-fn cmd_diff(args: DiffArgs) -> Result<Outcome, Error> {
+fn cmd_diff(args: DiffArgs, cap: &ByteCap) -> Result<Outcome, Error> {
     let DiffArgs {
         cases: case_paths,
         backends,
@@ -259,15 +269,17 @@ fn cmd_diff(args: DiffArgs) -> Result<Outcome, Error> {
         json,
         problem,
     } = args;
+    // every error is printed once, here, and the worst exit code wins
+    let mut worst: u8 = 0;
+    let mut report = |context: &str, e: &Error| {
+        eprintln!("error: {context}{e}");
+        worst = worst.max(exit_code(e));
+    };
     let mut cases: Vec<Case> = Vec::new();
-    let mut input_error: Option<Error> = None;
     for path in &case_paths {
-        match read_case(path) {
+        match read_case_with_limit(path, cap) {
             Ok(c) => cases.push(c),
-            Err(e) => {
-                eprintln!("error: {e}");
-                input_error.get_or_insert(e);
-            }
+            Err(e) => report("", &e),
         }
     }
     if problem.check_finite {
@@ -276,15 +288,23 @@ fn cmd_diff(args: DiffArgs) -> Result<Outcome, Error> {
         }
     }
     if problem.given() {
-        let (p, seqlens) = problem.problem()?;
-        cases.push(generate(&p, &seqlens, problem.seed, DataStyle::default())?);
+        match problem
+            .problem(cap, true)
+            .and_then(|(p, seqlens)| generate(&p, &seqlens, problem.seed, DataStyle::default()))
+        {
+            Ok(c) => cases.push(c),
+            Err(e) => report("", &e),
+        }
     }
-    if cases.is_empty() && input_error.is_none() {
+    if cases.is_empty() && case_paths.is_empty() && !problem.given() {
         return Err(Error::invalid(
             "--case",
             "at least one case file, or a generated problem (--op ... --tokens ...)",
             "nothing",
         ));
+    }
+    if cases.is_empty() {
+        return Ok(Outcome::Code(worst.max(2)));
     }
     let mut requested = backends.clone();
     if let Some(g) = &gdn_alias {
@@ -294,18 +314,37 @@ fn cmd_diff(args: DiffArgs) -> Result<Outcome, Error> {
         requested.push(k.clone());
     }
     let engine = engine_for(&requested);
+    // a backend asked for by name whose device is missing is a device error (reported once, its
+    // names dropped); one found missing while probing every backend is a note
+    let mut missing: Vec<BackendKind> = Vec::new();
     for d in engine.devices() {
         if let DeviceState::Unavailable { backend, reason } = d {
-            if !json {
+            if requested.iter().any(|n| backend_kind(n) == Some(*backend)) {
+                report(
+                    "",
+                    &Error::Unavailable {
+                        backend: *backend,
+                        reason: reason.clone(),
+                    },
+                );
+                missing.push(*backend);
+            } else if !json {
                 eprintln!("note: {backend} unavailable: {reason}");
             }
         }
     }
+    let available = |n: &String| backend_kind(n).is_none_or(|k| !missing.contains(&k));
+    let backends: Vec<String> = backends.into_iter().filter(available).collect();
+    let gdn_alias = gdn_alias.filter(available);
+    let kda_alias = kda_alias.filter(available);
+    let explicit = !requested.is_empty();
     let mut all_rows: Vec<DiffRow> = Vec::new();
     let mut failed = false;
     for case in &cases {
         let names: Vec<String> =
-            if backends.is_empty() && gdn_alias.is_none() && kda_alias.is_none() {
+            if explicit && backends.is_empty() && gdn_alias.is_none() && kda_alias.is_none() {
+                Vec::new() // every backend asked for is missing (reported above)
+            } else if backends.is_empty() && gdn_alias.is_none() && kda_alias.is_none() {
                 default_backends(&engine, case.problem.mode)
             } else {
                 let mut v = backends.clone();
@@ -318,15 +357,30 @@ fn cmd_diff(args: DiffArgs) -> Result<Outcome, Error> {
                 ) {
                     v.push(a);
                 }
-                if v.is_empty() {
+                if v.is_empty() && !explicit {
                     v = default_backends(&engine, case.problem.mode);
                 }
                 v
             };
+        if names.is_empty() {
+            continue;
+        }
         if !json {
             eprintln!("{}: {} on {}", case.name, case.problem, names.join(", "));
         }
-        let reference = reference_outputs(case)?;
+        if case.expected.is_empty() {
+            eprintln!(
+                "note: {} has no expected tensors: comparing against the float64 reference only",
+                case.name
+            );
+        }
+        let reference = match reference_outputs(case) {
+            Ok(r) => r,
+            Err(e) => {
+                report(&format!("{}: ", case.name), &e);
+                continue;
+            }
+        };
         for name in &names {
             if !has_row(case, name) {
                 eprintln!(
@@ -346,18 +400,11 @@ fn cmd_diff(args: DiffArgs) -> Result<Outcome, Error> {
                         all_rows.push(r);
                     }
                 }
-                Err(e) => {
-                    eprintln!("error: {} on {name}: {e}", case.name);
-                    if e.is_usage() {
-                        input_error.get_or_insert(e);
-                    } else {
-                        return Err(e);
-                    }
-                }
+                Err(e) => report(&format!("{} on {name}: ", case.name), &e),
             }
         }
     }
-    if !json {
+    if !json && !all_rows.is_empty() {
         print!("{}", render_table(&all_rows));
         let fails = all_rows.iter().filter(|r| !r.pass).count();
         println!(
@@ -367,8 +414,17 @@ fn cmd_diff(args: DiffArgs) -> Result<Outcome, Error> {
             fails
         );
     }
-    if let Some(e) = input_error {
-        return Err(e);
+    if all_rows.is_empty() && worst == 0 {
+        eprintln!(
+            "error: nothing was compared: every backend asked for was skipped (deltarule rules lists the rows, deltarule backends the devices)"
+        );
+        worst = 2;
     }
-    Ok(if failed { Outcome::Fail } else { Outcome::Pass })
+    if failed {
+        worst = worst.max(1);
+    }
+    Ok(match worst {
+        0 => Outcome::Pass,
+        c => Outcome::Code(c),
+    })
 }

@@ -393,3 +393,192 @@ fn select_explains_and_refuses_what_does_not_fit() {
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out).0.contains("cpu"));
 }
+
+fn run_args(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = bin().args(args).output().expect("run");
+    let (so, se) = text(&out);
+    (out.status.code(), so, se)
+}
+
+#[test]
+fn problems_over_the_memory_cap_exit_2_saying_how_to_raise_it() {
+    for args in [
+        &["diff", "--op", "gdn", "--tokens", "4096", "--heads", "4096"][..],
+        &["diff", "--op", "gdn", "--tokens", "0", "--heads", "1048576"][..],
+        &[
+            "diff", "--op", "gdn", "--heads", "1", "--tokens", "1000000", "--seqs", "1000000",
+        ][..],
+        &[
+            "gen",
+            "--op",
+            "gdn",
+            "--heads",
+            "1",
+            "--tokens",
+            "2147483647",
+            "--out",
+            "/nonexistent/x",
+        ][..],
+        &[
+            "diff",
+            "--max-bytes",
+            "1K",
+            "--op",
+            "gdn",
+            "--tokens",
+            "16",
+            "--heads",
+            "1",
+        ][..],
+    ] {
+        let (code, so, se) = run_args(args);
+        assert_eq!(code, Some(2), "{args:?}\n{so}\n{se}");
+        assert!(
+            se.contains("--max-bytes") && se.contains("DELTARULE_MAX_BYTES"),
+            "{se}"
+        );
+        assert_eq!(se.matches("error:").count(), 1, "{se}");
+    }
+    let out = bin()
+        .env("DELTARULE_MAX_BYTES", "1K")
+        .args(["diff", "--backend", "cpu", "--case"])
+        .arg(golden("gdn_single_k64"))
+        .output()
+        .expect("run");
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{se}");
+    assert!(se.contains("set by DELTARULE_MAX_BYTES"), "{se}");
+    let (code, _, se) = run_args(&["diff", "--op", "gdn", "--heads", "1", "--tokens", "-1"]);
+    assert_eq!(code, Some(2));
+    assert!(se.contains("must be a non-negative integer"), "{se}");
+}
+
+#[test]
+fn non_regular_case_files_exit_2_at_once() {
+    let (code, _, se) = run_args(&["diff", "--backend", "cpu", "--case", "/dev/zero"]);
+    assert_eq!(code, Some(2), "{se}");
+    assert!(se.contains("not a regular file"), "{se}");
+    assert_eq!(se.matches("error:").count(), 1, "{se}");
+}
+
+#[test]
+fn gen_replaces_its_output_whole_and_failures_say_cannot_write() {
+    let path = tmp("gen-atomic.safetensors");
+    std::fs::write(&path, b"an old file").expect("write");
+    let gen = |out: &Path| {
+        bin()
+            .args([
+                "gen",
+                "--op",
+                "gdn",
+                "--tokens",
+                "20",
+                "--heads",
+                "1",
+                "--head-dim",
+                "16",
+            ])
+            .arg("--out")
+            .arg(out)
+            .output()
+            .expect("run")
+    };
+    let out = gen(&path);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    read_case(&path).expect("a whole case");
+    let dir = path.parent().expect("dir");
+    assert!(
+        std::fs::read_dir(dir)
+            .expect("list")
+            .filter_map(|e| e.ok())
+            .all(|e| !e.file_name().to_string_lossy().ends_with(".tmp")),
+        "a temporary file was left"
+    );
+    let out = gen(Path::new("/no/such/folder/case.safetensors"));
+    let (_, se) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{se}");
+    assert!(
+        se.contains("cannot write `/no/such/folder/case.safetensors`"),
+        "{se}"
+    );
+}
+
+#[test]
+fn every_case_runs_and_the_worst_exit_code_wins() {
+    let good = golden("gdn_single_k64");
+    let mut c = read_case(&good).expect("read");
+    let o = c.expected.o.clone().expect("expected_o");
+    let mut shape = o.shape.clone();
+    shape[0] -= 1;
+    let n: usize = shape.iter().product();
+    c.expected.o = Some(HostTensor::from_f64(DType::F32, shape, &vec![0.0; n]));
+    let bad = write(&c, "wrong-expected-shape.safetensors");
+    let out = bin()
+        .args(["diff", "--backend", "cpu", "--case"])
+        .arg(&good)
+        .arg(&bad)
+        .arg(golden("kda_checkpoints_example"))
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{so}\n{se}");
+    assert!(
+        so.contains("gdn_single_k64") && so.contains("kda_checkpoints_example"),
+        "{so}"
+    );
+    let errors: Vec<&str> = se.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{se}");
+    assert!(errors[0].contains("expected_o"), "{se}");
+    assert!(
+        !so.contains("FAIL"),
+        "a wrong shape is not a tolerance failure: {so}"
+    );
+}
+
+#[test]
+fn a_run_that_compares_nothing_exits_2_and_says_so() {
+    let out = bin()
+        .args(["diff", "--backend", "cpu:chunked", "--case"])
+        .arg(golden("gdn_decode_pool_example"))
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{so}\n{se}");
+    assert!(se.contains("nothing was compared"), "{se}");
+    assert!(!so.contains("0 comparisons"), "{so}");
+}
+
+#[test]
+fn an_explicit_backend_without_its_device_exits_3_once() {
+    let (_, so, _) = run_args(&["backends"]);
+    if !so
+        .lines()
+        .any(|l| l.starts_with("cuda") && l.contains("unavailable"))
+    {
+        return; // a machine with CUDA
+    }
+    let out = bin()
+        .args(["diff", "--backend", "cuda", "--case"])
+        .arg(golden("gdn_single_k64"))
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{so}\n{se}");
+    assert_eq!(se.matches("error:").count(), 1, "{se}");
+    assert!(so.trim().is_empty(), "no empty table: {so}");
+}
+
+#[test]
+fn a_case_without_expected_tensors_says_what_it_compares_against() {
+    let mut c = read_case(&golden("gdn_single_k64")).expect("read");
+    c.expected = Default::default();
+    let path = write(&c, "no-expected.safetensors");
+    let out = bin()
+        .args(["diff", "--backend", "cpu", "--case"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}\n{se}");
+    assert!(se.contains("float64 reference only"), "{se}");
+}
