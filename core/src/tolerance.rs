@@ -40,17 +40,21 @@ impl fmt::Display for Precision {
 /// Comparison of one produced tensor with a reference.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Metrics {
-    /// `||x - ref|| / ||ref||` over the finite pairs (`||x - ref||` when `||ref|| = 0`).
+    /// `||x - ref|| / ||ref||` over the finite pairs (`||x - ref||` when `||ref|| = 0`); inf when
+    /// any pair holds a non-finite value.
     pub rel_l2: f64,
+    /// The largest absolute error; inf when any pair holds a non-finite value.
     pub max_abs: f64,
-    /// Flat index of the element with the largest absolute error (a non-finite element wins).
+    /// Flat index of the element with the largest absolute error; the first pair with a
+    /// non-finite value (in either tensor) when there is one.
     pub worst: usize,
     pub worst_got: f64,
     pub worst_want: f64,
-    /// NaN or Inf elements in the produced tensor.
+    /// Pairs holding a NaN or Inf, in the produced tensor or in the reference.
     pub nonfinite: usize,
     pub count: usize,
-    /// Up to five flat indices whose error exceeds `bound * rms(ref)`, for messages.
+    /// Up to five flat indices whose error exceeds `bound * rms(ref)` or whose pair holds a
+    /// non-finite value, for messages.
     pub first_mismatches: Vec<usize>,
 }
 
@@ -62,7 +66,8 @@ impl Metrics {
 }
 
 /// Compares `got` with `want` (same length). A length mismatch is reported as a failure with
-/// `rel_l2 = inf`.
+/// `rel_l2 = inf`. A pair with a NaN or Inf on either side never agrees: it is counted in
+/// `nonfinite`, makes `max_abs` and `rel_l2` inf, and the first such pair is the worst.
 pub fn compare(got: &[f64], want: &[f64]) -> Metrics {
     if got.len() != want.len() {
         return Metrics {
@@ -76,27 +81,26 @@ pub fn compare(got: &[f64], want: &[f64]) -> Metrics {
             first_mismatches: Vec::new(),
         };
     }
+    let finite_pair = |g: f64, w: f64| g.is_finite() && w.is_finite();
     let mut num = 0.0f64;
     let mut den = 0.0f64;
     let mut max_abs = 0.0f64;
     let mut worst = 0usize;
     let mut nonfinite = 0usize;
-    let mut worst_nonfinite = false;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        den += w * w;
-        if !g.is_finite() {
+        if !finite_pair(g, w) {
             if nonfinite == 0 {
                 worst = i;
-                worst_nonfinite = true;
             }
             nonfinite += 1;
             continue;
         }
+        den += w * w;
         let d = (g - w).abs();
         num += d * d;
         if d > max_abs {
             max_abs = d;
-            if !worst_nonfinite {
+            if nonfinite == 0 {
                 worst = i;
             }
         }
@@ -111,12 +115,13 @@ pub fn compare(got: &[f64], want: &[f64]) -> Metrics {
     } else {
         num.sqrt()
     };
-    let rms = (den / got.len().max(1) as f64).sqrt();
+    let finite_count = got.len() - nonfinite;
+    let rms = (den / finite_count.max(1) as f64).sqrt();
     let first_mismatches = got
         .iter()
         .zip(want)
         .enumerate()
-        .filter(|(_, (&g, &w))| !g.is_finite() || (g - w).abs() > 1e-3 * rms.max(1e-30))
+        .filter(|(_, (&g, &w))| !finite_pair(g, w) || (g - w).abs() > 1e-3 * rms.max(1e-30))
         .map(|(i, _)| i)
         .take(5)
         .collect();
@@ -156,6 +161,43 @@ mod tests {
         let m = compare(&got, &want);
         assert_eq!(m.nonfinite, 1);
         assert_eq!(m.worst, 1);
+        assert!(!m.passes(f64::INFINITY));
+    }
+
+    #[test]
+    fn a_nan_in_the_reference_is_the_worst_element_and_never_agrees() {
+        let want = vec![1.0, f64::NAN, 3.0];
+        let got = vec![1.0, 2.0, 3.5];
+        let m = compare(&got, &want);
+        assert_eq!(m.nonfinite, 1);
+        assert_eq!(m.worst, 1, "the worst element is the non-finite pair");
+        assert!(m.worst_want.is_nan());
+        assert_eq!(m.worst_got, 2.0);
+        assert_eq!(m.max_abs, f64::INFINITY);
+        assert_eq!(m.rel_l2, f64::INFINITY);
+        assert_eq!(m.first_mismatches, vec![1, 2]);
+        assert!(!m.passes(f64::INFINITY));
+
+        // the only disagreement is the NaN: max_abs is not 0
+        let m = compare(&[1.0, 2.0], &[1.0, f64::NAN]);
+        assert_eq!((m.worst, m.nonfinite), (1, 1));
+        assert_eq!(m.max_abs, f64::INFINITY);
+        assert!(!m.passes(f64::INFINITY));
+    }
+
+    #[test]
+    fn infinities_on_either_side_are_non_finite_pairs() {
+        let m = compare(&[0.5, 1.0, f64::INFINITY], &[0.0, f64::NEG_INFINITY, 1.0]);
+        assert_eq!(m.nonfinite, 2);
+        assert_eq!(
+            m.worst, 1,
+            "the first non-finite pair, not the largest finite error"
+        );
+        assert_eq!(m.max_abs, f64::INFINITY);
+        assert_eq!(m.first_mismatches, vec![0, 1, 2]);
+        // the same infinity on both sides still fails: a reference is finite
+        let m = compare(&[f64::INFINITY], &[f64::INFINITY]);
+        assert_eq!((m.nonfinite, m.worst), (1, 0));
         assert!(!m.passes(f64::INFINITY));
     }
 }
