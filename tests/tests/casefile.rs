@@ -373,3 +373,18 @@ fn writes_are_atomic_and_failures_say_cannot_write() {
         .expect_err("no folder");
     assert!(e.to_string().starts_with("cannot write"), "{e}");
 }
+
+#[test]
+fn offsets_spanning_the_whole_i64_range_with_checkpoints_are_an_input_error_not_a_panic() {
+    let mut p = Problem::new(Op::Gdn, Mode::Prefill, 1, 1, 1, 1, 16, 16);
+    p.checkpoint_every = Some(2);
+    let mut c = generate(&p, &[4, 2], 1, DataStyle::default()).expect("generate");
+    c.inputs.cu_seqlens =
+        deltarule_core::HostTensor::from_i64(DType::I64, vec![3], &[i64::MIN, i64::MAX, i64::MAX]);
+    let bytes = case_bytes(&c).expect("serialise");
+    // the reader reads the file; the offsets are refused by the input checks, naming them
+    let case = parse_case("wide_offsets", &bytes).expect("a readable file");
+    let e = deltarule_core::problem::validate_inputs(&case.problem, &case.inputs)
+        .expect_err("offsets refused");
+    assert!(e.to_string().contains("cu_seqlens"), "{e}");
+}
