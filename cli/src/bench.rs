@@ -181,6 +181,9 @@ pub fn run(args: BenchArgs, cap: &ByteCap) -> Result<Outcome> {
             problems.push((s.clone(), named_shape(s)?, true));
         }
     }
+    for (_, (p, _), _) in &problems {
+        cap.check_problem(p)?;
+    }
     if args.problem.given() {
         let pp = args.problem.problem(cap, true)?;
         problems.push((pp.0.id(), pp, false));

@@ -430,6 +430,7 @@ fn problems_over_the_memory_cap_exit_2_saying_how_to_raise_it() {
             "--heads",
             "1",
         ][..],
+        &["bench", "--shape", "gdn-16/32-64x1000000"][..],
     ] {
         let (code, so, se) = run_args(args);
         assert_eq!(code, Some(2), "{args:?}\n{so}\n{se}");
