@@ -43,7 +43,8 @@ pub struct Case {
     pub metadata: BTreeMap<String, String>,
 }
 
-const KNOWN_TENSORS: &[&str] = &[
+/// The tensor names a case file may hold (docs/case-format.md).
+pub const KNOWN_TENSORS: &[&str] = &[
     "q",
     "k",
     "v",
