@@ -263,6 +263,13 @@ __device__ __forceinline__ float gate_bias(const Params& p, int idx) {
 __device__ __forceinline__ float gate_value(const Params& p, float x, int hv, int bias_idx) {
     return gate_apply(p, x, gate_bias(p, bias_idx), gate_a(p, hv));
 }
+// The floor of a per-token log decay in the prefill kernels (docs/spec.md, the chunked
+// algorithm): e^-128 is exactly 0 in f32 (-128 log2(e) is far below ex2's smallest subnormal, and
+// ex2.approx.ftz flushes), so a gate clamped to it is still an exact reset, -inf included, and
+// every cumulative sum of a chunk stays finite (no -inf - (-inf)) and within 64 x 128 in size, so
+// its rounding stays far inside the tensor-core bound.
+#define LOG_DECAY_FLOOR (-128.0f)
+__device__ __forceinline__ float clamp_decay(float g) { return fmaxf(g, LOG_DECAY_FLOOR); }
 __device__ __forceinline__ float beta_value(const Params& p, float b) {
     if (p.beta_mode == BETA_PROB) return b;
     float s = sigmoidf_(b);

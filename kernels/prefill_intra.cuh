@@ -146,13 +146,13 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
             }
         }
     });
-    // 1b. log decays and beta (zero past the chunk's length).
+    // 1b. log decays (clamped: common.cuh, clamp_decay) and beta (zero past the chunk's length).
     if (tid < CH) {
         const int i = tid;
         const float bias = KDA ? 0.0f : gate_bias(p, hv);
         const float a = gate_a(p, hv);
         Bs[i] = i < L ? beta_value(p, braw) : 0.0f;
-        if (!KDA) G[i] = i < L ? gate_apply(p, graw, bias, a) : 0.0f;
+        if (!KDA) G[i] = i < L ? clamp_decay(gate_apply(p, graw, bias, a)) : 0.0f;
     } else if (next && tid < 2 * CH) {
         // (slot `slot` may still be read above by threads 0-63: the next head's goes to the other)
         stash[2 * CH + (slot ^ 1) * 2 * CH + tid - CH] = braw;
@@ -186,7 +186,7 @@ __device__ void intra_chunk(const Params& p, char* sm, int t0, int L, int hv, ch
                         float y[4];
 #pragma unroll
                         for (int e = 0; e < 4; ++e)
-                            y[e] = in ? L2E * (LOG ? x[m][e] : gate_apply(p, x[m][e], b[m][e], a)) : 0.0f;
+                            y[e] = in ? L2E * clamp_decay(LOG ? x[m][e] : gate_apply(p, x[m][e], b[m][e], a)) : 0.0f;
                         *(float4*)(G + 4 * idx) = make_float4(y[0], y[1], y[2], y[3]);
                     }
                 }

@@ -154,6 +154,19 @@ fn gate_value(x: f32, mode: u32, a: f32, bias: f32, has_a: u32, lb: f32) -> f32 
     return x;
 }
 
+// Gates of any size in the chunked stages (docs/spec.md, the chunked algorithm): each log decay is
+// clamped to LOG_DECAY_FLOOR, whose exponential is exactly 0 in f32 (e^-128 lies far below the
+// smallest subnormal, e^-103.3), so -inf stays an exact reset and no -inf - (-inf) arises; and Γ
+// is kept as two running sums, B over the decays below LARGE_DECAY and s over the others, with
+// Γ_i − Γ_j = (B_i − B_j) + (s_i − s_j): exactly the small sums' difference where no large decay
+// lies between j and i, and a factor of at most e^-4 where one does.
+const LOG_DECAY_FLOOR: f32 = -128.0;
+const LARGE_DECAY: f32 = -4.0;
+
+fn clamp_decay(g: f32) -> f32 {
+    return max(g, LOG_DECAY_FLOOR);
+}
+
 fn beta_value(b: f32, mode: u32) -> f32 {
     if (mode == 1u) {
         return sigmoid(b);
@@ -166,7 +179,8 @@ fn beta_value(b: f32, mode: u32) -> f32 {
 
 // The wsa workspace slot of one (chunk, value head), in f32 words; every offset is a multiple of
 // 4 so the state pass can read vec4s:
-//   Wᵀ [K][64] | kdec [64][K4] | qdec [64][K] | P [64][64] | e^Γ_last [K4] | (kda) Γ [64][K]
+//   Wᵀ [K][64] | kdec [64][K4] | qdec [64][K] | P [64][64] | e^Γ_last [K4] |
+//   (kda) Γ [64][K] | (kda) Γ_last − Γ [64][K]
 // where K4 = K rounded up to 4 (the padding columns of kdec are zero).
 fn k4(k: u32) -> u32 {
     return (k + 3u) & ~3u;
@@ -186,8 +200,11 @@ fn ws_gl(k: u32) -> u32 {
 fn ws_gam(k: u32) -> u32 {
     return ws_gl(k) + k4(k);
 }
+fn ws_dec(k: u32) -> u32 {
+    return ws_gam(k) + 64u * k;
+}
 fn ws_slot(k: u32, kda: u32) -> u32 {
-    return ws_gam(k) + kda * 64u * k;
+    return ws_gam(k) + kda * 128u * k;
 }
 
 // The ws16 workspace slot of one (chunk, value head) of the coop kernel, in f16 halves, the same

@@ -13,6 +13,7 @@
 // In the `coop` kernel's variant W, kdecᵀ, qdec and P go to ws16 as f16 tiles instead
 // (gdn_intra_coop.wgsl).
 // Every exponent is Γ_i − Γ_j with j <= i, Γ_i or Γ_last − Γ_j: never positive for log decays.
+// Γ = B + s (common.wgsl, clamp_decay): s in s_gam, B in s_fk until the row factors replace it.
 //
 // Every global load of q/k/v is issued one tile ahead of its use (named registers,
 // unconditional loads at clamped indices, zeroed by selection), so no loop waits on a load per
@@ -40,6 +41,7 @@ override HEAD_V: u32 = 64u;
 
 const XT: u32 = 68u;       // row stride of the channel-major dot-product tiles [16][64 + 4]
 
+// s of Γ = B + s (the sum of the decays above LARGE_DECAY; B lives in s_fk until step 4's factors)
 var<workgroup> s_gam: array<f32, 64>;
 var<workgroup> s_beta: array<f32, 64>;
 var<workgroup> s_rq: array<f32, 64>;
@@ -72,7 +74,7 @@ fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
         var av = 0.0;
         var pv = 0.0;
         if (j <= i && i < l) {
-            let e = exp(s_gam[i] - s_gam[j]);
+            let e = exp((s_fk[i] - s_fk[j]) + (s_gam[i] - s_gam[j]));
             let rk = s_rk[i] * s_rk[j];
             if (j < i) {
                 av = s_beta[i] * e * kk[b] * rk;
@@ -134,24 +136,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (prm.gate != 0u) {
                 bias = bitcast<f32>(aux[prm.aux_params + HV + hv]);
             }
-            gam = gate_value(ld_g(t * HV + hv), prm.gate, a, bias, prm.has_a_log, prm.lb);
+            gam = clamp_decay(gate_value(ld_g(t * HV + hv), prm.gate, a, bias, prm.has_a_log,
+                prm.lb));
             bet = beta_value(ld_beta(t * HV + hv), prm.beta_mode);
         }
         s_rq[i] = gam;   // raw log decays; s_rq is scratch until the norms are written
         s_beta[i] = bet;
     }
     workgroupBarrier();
-    // Γ_i: one running sum in row order per invocation (the additions of a sequential scan;
-    // masked rows add +0), four loads at a time
+    // Γ_i = B_i + s_i: two running sums in row order per invocation (the additions of a
+    // sequential scan; masked rows add +0), four loads at a time
     if (tid < 64u) {
         var acc = 0.0;
+        var big = 0.0;
         for (var m = 0u; m < 64u; m += 4u) {
-            acc += select(0.0, s_rq[m], m <= tid);
-            acc += select(0.0, s_rq[m + 1u], m + 1u <= tid);
-            acc += select(0.0, s_rq[m + 2u], m + 2u <= tid);
-            acc += select(0.0, s_rq[m + 3u], m + 3u <= tid);
+            let x = vec4<f32>(s_rq[m], s_rq[m + 1u], s_rq[m + 2u], s_rq[m + 3u]);
+            let on = vec4<u32>(m, m + 1u, m + 2u, m + 3u) <= vec4<u32>(tid);
+            let lg = x < vec4<f32>(LARGE_DECAY);
+            let xs = select(vec4<f32>(0.0), x, on & !lg);
+            let xb = select(vec4<f32>(0.0), x, on & lg);
+            acc += xs.x;
+            acc += xs.y;
+            acc += xs.z;
+            acc += xs.w;
+            big += xb.x;
+            big += xb.y;
+            big += xb.z;
+            big += xb.w;
         }
         s_gam[tid] = acc;
+        s_fk[tid] = big;
     }
 
     // 2. K Kᵀ and Q Kᵀ, rows 4 ty + a (kk_a, qk_a), columns 4 tx ..; invocations 0..127 also
@@ -165,15 +179,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     put_ap(ty * 4u + 1u, tx, dots.kk1, dots.qk1, L, base_p);
     put_ap(ty * 4u + 2u, tx, dots.kk2, dots.qk2, L, base_p);
     put_ap(ty * 4u + 3u, tx, dots.kk3, dots.qk3, L, base_p);
+    // (Γ_last's B is read before the barrier: the row factors below overwrite s_fk)
+    let blast = s_fk[max(L, 1u) - 1u];
+    let slast = s_gam[max(L, 1u) - 1u];
     workgroupBarrier();
 
     // Row factors of step 4 (after the norms; read after the solve's barriers).
-    let glast = s_gam[max(L, 1u) - 1u];
+    let glast = blast + slast;
     if (tid < 64u) {
         let live = tid < L;
-        let eg = exp(s_gam[tid]);
+        let bi = s_fk[tid];
+        let eg = exp(bi + s_gam[tid]);
         s_fk[tid] = select(0.0, s_beta[tid] * s_rk[tid] * eg, live);
-        s_fd[tid] = select(0.0, s_rk[tid] * exp(glast - s_gam[tid]), live);
+        s_fd[tid] = select(0.0, s_rk[tid] * exp((blast - bi) + (slast - s_gam[tid])), live);
         s_fq[tid] = select(0.0, prm.scale * s_rq[tid] * eg, live);
     }
 

@@ -1,7 +1,8 @@
 // kda_prefill_intra.wgsl: the state-independent, chunk-parallel stage of the kda prefill
 // (docs/spec.md, the chunked algorithm, steps 1-4), one workgroup per (chunk, value head). Same
 // contract as gdn_prefill_intra.wgsl except that the gate is per key channel: g [T, HV, K],
-// dt_bias [HV, K], and Γ [64, K] is also written to the workspace (after e^Γ_last).
+// dt_bias [HV, K], and Γ [64, K] and Γ_last − Γ [64, K] are also written to the workspace
+// (after e^Γ_last; the second only where step 4 runs in f32).
 //
 // Grid: x + y * grid_c = row c of the chunk table (c < chunks), z = value head within the head
 // batch (hv = hv0 + z). 256 invocations.
@@ -17,7 +18,10 @@
 // Every exponent is Γ_i[d] − Γ_j[d] with j <= i (clamped at 0 where j > i, whose products are
 // discarded), Γ_i or Γ_last − Γ_j: never positive for log decays. The per-channel decay is
 // evaluated element by element inside the dot products (no factoring through e^-Γ), so softplus
-// gates of any size are safe.
+// gates of any size are safe. Each log decay is clamped (common.wgsl, clamp_decay) and the scan
+// keeps Γ = B + s as two sums, s (the decays above LARGE_DECAY) in s_at and B in s_x, so every
+// difference above is (B_i − B_j) + (s_i − s_j); the workspace gets Γ = B + s and, for the f32
+// step 4's kdec, Γ_last − Γ formed the same way.
 //
 // q/k/g/v and Γ loads are issued one tile ahead of their use (named registers, unconditional
 // loads at clamped indices, zeroed by selection); the q/k norms come from the K Kᵀ tiles; W, U
@@ -44,11 +48,14 @@
 // it, at channel min(d, K - 1)); workspace slots (c * hvb + z) with c < chunks, z < hvb, Γ rows
 // m < 64 and channels < K. Workgroup arrays are indexed by i, j < 64, dd < 16 (tile) and m < 64
 // within their declared sizes (the Γ scan's copy in s_at: rows < 64 of stride 17, < 1088 of its
-// 4160 floats, written after the tile's first barrier and read before its third; the staged
-// rows, channel-major with the rows as vec4s: KH vec4 272 + 24 dd + h / 4 < 656 of s_at (h < 96),
-// KT vec4 680 + 12 dd + (i − 16) / 4 < 872 of s_at's 1040 and QT vec4 544 + 12 dd + (i − 16) / 4 <
-// 736 of s_x's 816 (16 <= i < 64, dd < 16), written after the second barrier and read before the
-// third; the raw gate tile under QT is dead after the scan).
+// 4160 floats, written after the tile's first barrier and read before its third; its B part in
+// s_x at 2176 + rows < 64 of stride 17, < 3264 of s_x's 3264 floats, over the raw gate tile's old
+// place, likewise; the raw gate tile in s_at at 1088 + rows < 64 of stride 17, < 2176, written
+// before the first barrier and read before the second; the staged rows, channel-major with the
+// rows as vec4s: KH vec4 272 + 24 dd + h / 4 < 656 of s_at (h < 96), KT vec4 656 + 12 dd +
+// (i − 16) / 4 < 848 and QT vec4 848 + 12 dd + (i − 16) / 4 < 1040 of s_at's 1040 (16 <= i < 64,
+// dd < 16), written after the second barrier (over the raw gate tile, dead then) and read before
+// the third; Γ_last − Γ at workspace rows m < 64 and channels < K, as Γ).
 
 override HEAD_K: u32 = 64u;
 override HEAD_V: u32 = 64u;
@@ -61,8 +68,8 @@ const TS: u32 = 17u;       // row stride of the 16-wide dot-product tiles
 var<workgroup> s_beta: array<f32, 64>;
 var<workgroup> s_rq: array<f32, 64>;
 var<workgroup> s_rk: array<f32, 64>;
-// Tiles: K, Q and Γ rows (3 x 64 x 17 scalars) for the dot products, the solve's scratch, then
-// the packed triangular Tᵀ (544 vec4s).
+// Tiles: K and Q rows and the B part of the Γ scan (3 x 64 x 17 scalars) for the dot products,
+// the solve's scratch, then the packed triangular Tᵀ (544 vec4s).
 var<workgroup> s_x: array<vec4<f32>, 816>;
 // 16 bytes, not 8: the variant with cooperative matrices (kda_intra_coop.wgsl) needs every
 // workgroup variable a multiple of 16 bytes (gdn_prefill_intra.wgsl, prefill_state_coop.wgsl)
@@ -85,10 +92,23 @@ fn g_at(i: u32, d: u32, t0: u32, l: u32, hv: u32) -> f32 {
     return select(0.0, x, ok);
 }
 
-// The log decay of raw gate input x at row i, channel d (zero outside the chunk or K).
+// The clamped log decay of raw gate input x at row i, channel d (zero outside the chunk or K).
 fn gate_at(x: f32, i: u32, d: u32, l: u32, a_exp: f32, bias: f32) -> f32 {
-    let gv = gate_value(x, prm.gate, a_exp, bias, prm.has_a_log, prm.lb);
+    let gv = clamp_decay(gate_value(x, prm.gate, a_exp, bias, prm.has_a_log, prm.lb));
     return select(0.0, gv, i < l && d < HEAD_K);
+}
+
+// Γ_last − Γ[m][channels of vec4 column q] for the W tiles of the stream (0 for the others; loads
+// at channel min(d, K − 1), as gam4_at).
+fn dec4_at(tile: u32, m: u32, q: u32, base_dec: u32) -> vec4<f32> {
+    if (tile >= (HEAD_K + 63u) / 64u) {
+        return vec4<f32>(0.0);
+    }
+    let d = tile * 64u + 4u * q;
+    let r = base_dec + m * HEAD_K;
+    let k1 = HEAD_K - 1u;
+    return vec4<f32>(wsa[r + min(d, k1)], wsa[r + min(d + 1u, k1)], wsa[r + min(d + 2u, k1)],
+        wsa[r + min(d + 3u, k1)]);
 }
 
 // Γ[m][channels of vec4 column q] for the W and qdec tiles of the stream (0 for U tiles; loads at
@@ -131,35 +151,52 @@ fn put_ap(i: u32, tx: u32, kk: vec4<f32>, qk: vec4<f32>, l: u32, base_p: u32) {
 }
 
 // Scale raw source row m, vec4 column q into the source tile (kind 0 W, 1 U, 2 qdec) and, for W
-// tiles, write kdec (row-major, contiguous across the warp); g = Γ[m][d ..], gl = Γ_last[d ..].
-// Rows m >= L are written as zeros.
-fn stage_src(kind: u32, c0: u32, m: u32, q: u32, raw: vec4<f32>, g: vec4<f32>, gl: vec4<f32>,
+// tiles, write kdec (row-major, contiguous across the warp); g = Γ[m][d ..], gd = (Γ_last −
+// Γ)[m][d ..]. Rows m >= L are written as zeros.
+fn stage_src(kind: u32, c0: u32, m: u32, q: u32, raw: vec4<f32>, g: vec4<f32>, gd: vec4<f32>,
     l: u32, base_kd: u32) {
     let live = m < l;
     var x = s_beta[m] * raw;
     if (kind == 0u) {
         x = s_beta[m] * raw * s_rk[m] * exp(g);
-        put_kdec(base_kd, m, c0 + 4u * q, select(vec4<f32>(0.0), s_rk[m] * raw * exp(gl - g), live));
+        put_kdec(base_kd, m, c0 + 4u * q, select(vec4<f32>(0.0), s_rk[m] * raw * exp(gd), live));
     } else if (kind == 2u) {
         x = prm.scale * s_rq[m] * raw * exp(g);
     }
     s_at[src_slot(m, q)] = select(vec4<f32>(0.0), x, live);
 }
 
-// Γ of rows r0 .. r0 + 3, channel dd of the tile (the scan's copy in s_at, row stride TS).
+// The raw gate tile (scalar offset in s_at) and the B part of the Γ scan (scalar offset in s_x),
+// both [64][TS].
+const GRAW: u32 = 1088u;
+const GBX: u32 = 2176u;
+
+// s of rows r0 .. r0 + 3, channel dd of the tile (the scan's copy in s_at, row stride TS).
 fn gam4(r0: u32, dd: u32) -> vec4<f32> {
     return vec4<f32>(at_get(r0 * TS + dd), at_get((r0 + 1u) * TS + dd),
         at_get((r0 + 2u) * TS + dd), at_get((r0 + 3u) * TS + dd));
 }
 
+// Γ_i − Γ_j of channel ch of the tile: (B_i − B_j) + (s_i − s_j).
+fn gdiff(i: u32, j: u32, ch: u32) -> f32 {
+    return (x_get(GBX + i * TS + ch) - x_get(GBX + j * TS + ch))
+        + (at_get(i * TS + ch) - at_get(j * TS + ch));
+}
+
+// acc (s, B) plus the log decay x where `on`: into B below LARGE_DECAY, else into s.
+fn gsplit(acc: vec2<f32>, x: f32, on: bool) -> vec2<f32> {
+    let y = select(vec2<f32>(x, 0.0), vec2<f32>(0.0, x), x < LARGE_DECAY);
+    return acc + select(vec2<f32>(0.0), y, on);
+}
+
 // acc plus the raw gates of rows start .. start + 15 of channel ch, added in row order.
-fn gsum16(acc: f32, start: u32, ch: u32) -> f32 {
+fn gsum16(acc: vec2<f32>, start: u32, ch: u32) -> vec2<f32> {
     var a = acc;
     for (var m = start; m < start + 16u; m += 4u) {
-        a += x_get(2176u + m * TS + ch);
-        a += x_get(2176u + (m + 1u) * TS + ch);
-        a += x_get(2176u + (m + 2u) * TS + ch);
-        a += x_get(2176u + (m + 3u) * TS + ch);
+        a = gsplit(a, at_get(GRAW + m * TS + ch), true);
+        a = gsplit(a, at_get(GRAW + (m + 1u) * TS + ch), true);
+        a = gsplit(a, at_get(GRAW + (m + 2u) * TS + ch), true);
+        a = gsplit(a, at_get(GRAW + (m + 3u) * TS + ch), true);
     }
     return a;
 }
@@ -169,11 +206,11 @@ fn row4(base: u32, r0: u32, dd: u32) -> vec4<f32> {
         x_get(base + (r0 + 2u) * TS + dd), x_get(base + (r0 + 3u) * TS + dd));
 }
 
-// The reference points' staged rows, channel-major [16][rows] so that four rows are one vec4 (vec4 offsets; KH
-// and KT in s_at, QT in s_x, see SAFETY above): KH [16][96], KT and QT [16][48] (rows 16..63).
+// The reference points' staged rows, channel-major [16][rows] so that four rows are one vec4 (vec4
+// offsets in s_at, see SAFETY above): KH [16][96], KT and QT [16][48] (rows 16..63).
 const KHB: u32 = 272u;
-const KTB: u32 = 680u;
-const QTB: u32 = 544u;
+const KTB: u32 = 656u;
+const QTB: u32 = 848u;
 
 // First KH row of reference n = 16 nb (nb = 1, 2, 3): rows j < n of each reference, in order.
 fn kh_base(nb: u32) -> u32 {
@@ -188,9 +225,9 @@ fn stage_ref(tid: u32) {
         let c = tid + 256u * m;
         let ch = c / 48u;
         let i = 16u + c % 48u;
-        let e = exp(at_get(i * TS + ch) - at_get((i & ~15u) * TS + ch));
+        let e = exp(gdiff(i, i & ~15u, ch));
         at_set(4u * KTB + ch * 48u + i - 16u, x_get(i * TS + ch) * e);
-        x_set(4u * QTB + ch * 48u + i - 16u, x_get(1088u + i * TS + ch) * e);
+        at_set(4u * QTB + ch * 48u + i - 16u, x_get(1088u + i * TS + ch) * e);
     }
     for (var m = 0u; m < 6u; m++) {
         let c = tid + 256u * m;
@@ -198,7 +235,7 @@ fn stage_ref(tid: u32) {
         let hh = c % 96u;
         let nb = select(select(3u, 2u, hh < 48u), 1u, hh < 16u);
         let j = hh - kh_base(nb);
-        let e = exp(at_get(16u * nb * TS + ch) - at_get(j * TS + ch));
+        let e = exp(gdiff(16u * nb, j, ch));
         at_set(4u * KHB + ch * 96u + hh, x_get(j * TS + ch) * e);
     }
 }
@@ -263,6 +300,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base_p = base_w + ws_p(K);
     let base_gl = base_w + ws_gl(K);
     let base_gam = base_w + ws_gam(K);
+    let base_dec = base_w + ws_dec(K);
+    let last = max(L, 1u) - 1u;
     let base_u = slot * 64u * V4;
 
     // Dot-product tile loads: rows li + 16 r (r < 4), channel d0 + ld_c; issued now for d0 = 0.
@@ -325,10 +364,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         x_set(1088u + (li + 16u) * TS + ld_c, pq1);
         x_set(1088u + (li + 32u) * TS + ld_c, pq2);
         x_set(1088u + (li + 48u) * TS + ld_c, pq3);
-        x_set(2176u + li * TS + ld_c, gate_at(pg0, li, d, L, a_exp, pb));
-        x_set(2176u + (li + 16u) * TS + ld_c, gate_at(pg1, li + 16u, d, L, a_exp, pb));
-        x_set(2176u + (li + 32u) * TS + ld_c, gate_at(pg2, li + 32u, d, L, a_exp, pb));
-        x_set(2176u + (li + 48u) * TS + ld_c, gate_at(pg3, li + 48u, d, L, a_exp, pb));
+        at_set(GRAW + li * TS + ld_c, gate_at(pg0, li, d, L, a_exp, pb));
+        at_set(GRAW + (li + 16u) * TS + ld_c, gate_at(pg1, li + 16u, d, L, a_exp, pb));
+        at_set(GRAW + (li + 32u) * TS + ld_c, gate_at(pg2, li + 32u, d, L, a_exp, pb));
+        at_set(GRAW + (li + 48u) * TS + ld_c, gate_at(pg3, li + 48u, d, L, a_exp, pb));
         workgroupBarrier();
         let dn = d + 16u;
         pk0 = qk_at(1u, li, dn, t0, L, h);
@@ -352,31 +391,44 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 ss += x * x;
             }
         }
-        // Γ: inclusive cumulative sum down channel ld_c, rows li + 16 r, as one running sum in
-        // row order (the same additions as a sequential scan), four rows of loads at a time, into
-        // s_at (free until A is written) and the workspace
-        var gacc = 0.0;
+        // Γ = B + s: inclusive cumulative sums down channel ld_c, rows li + 16 r, as running sums
+        // in row order (the same additions as a sequential scan), four rows of loads at a time:
+        // s into s_at (free until A is written), B into s_x (over the old raw gate tile), Γ into
+        // the workspace
+        var gacc = vec2<f32>(0.0);
         for (var m = 0u; m < 16u; m += 4u) {
-            gacc += select(0.0, x_get(2176u + m * TS + ld_c), m <= li);
-            gacc += select(0.0, x_get(2176u + (m + 1u) * TS + ld_c), m + 1u <= li);
-            gacc += select(0.0, x_get(2176u + (m + 2u) * TS + ld_c), m + 2u <= li);
-            gacc += select(0.0, x_get(2176u + (m + 3u) * TS + ld_c), m + 3u <= li);
+            gacc = gsplit(gacc, at_get(GRAW + m * TS + ld_c), m <= li);
+            gacc = gsplit(gacc, at_get(GRAW + (m + 1u) * TS + ld_c), m + 1u <= li);
+            gacc = gsplit(gacc, at_get(GRAW + (m + 2u) * TS + ld_c), m + 2u <= li);
+            gacc = gsplit(gacc, at_get(GRAW + (m + 3u) * TS + ld_c), m + 3u <= li);
         }
         let gp0 = gacc;
         let gp1 = gsum16(gp0, li + 1u, ld_c);
         let gp2 = gsum16(gp1, li + 17u, ld_c);
         let gp3 = gsum16(gp2, li + 33u, ld_c);
-        at_set(li * TS + ld_c, gp0);
-        at_set((li + 16u) * TS + ld_c, gp1);
-        at_set((li + 32u) * TS + ld_c, gp2);
-        at_set((li + 48u) * TS + ld_c, gp3);
+        at_set(li * TS + ld_c, gp0.x);
+        at_set((li + 16u) * TS + ld_c, gp1.x);
+        at_set((li + 32u) * TS + ld_c, gp2.x);
+        at_set((li + 48u) * TS + ld_c, gp3.x);
+        x_set(GBX + li * TS + ld_c, gp0.y);
+        x_set(GBX + (li + 16u) * TS + ld_c, gp1.y);
+        x_set(GBX + (li + 32u) * TS + ld_c, gp2.y);
+        x_set(GBX + (li + 48u) * TS + ld_c, gp3.y);
         if (d < K) {
-            wsa[base_gam + li * K + d] = gp0;
-            wsa[base_gam + (li + 16u) * K + d] = gp1;
-            wsa[base_gam + (li + 32u) * K + d] = gp2;
-            wsa[base_gam + (li + 48u) * K + d] = gp3;
+            wsa[base_gam + li * K + d] = gp0.x + gp0.y;
+            wsa[base_gam + (li + 16u) * K + d] = gp1.x + gp1.y;
+            wsa[base_gam + (li + 32u) * K + d] = gp2.x + gp2.y;
+            wsa[base_gam + (li + 48u) * K + d] = gp3.x + gp3.y;
         }
         workgroupBarrier();
+        // Γ_last − Γ for the f32 step 4's kdec, from the row `last` of the scan
+        if (!KDA_STEP4_COOP && d < K) {
+            let gl = vec2<f32>(at_get(last * TS + ld_c), x_get(GBX + last * TS + ld_c));
+            wsa[base_dec + li * K + d] = (gl.y - gp0.y) + (gl.x - gp0.x);
+            wsa[base_dec + (li + 16u) * K + d] = (gl.y - gp1.y) + (gl.x - gp1.x);
+            wsa[base_dec + (li + 32u) * K + d] = (gl.y - gp2.y) + (gl.x - gp2.x);
+            wsa[base_dec + (li + 48u) * K + d] = (gl.y - gp3.y) + (gl.x - gp3.x);
+        }
         stage_ref(tid);
         workgroupBarrier();
         if (tid < 96u) {
@@ -386,7 +438,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let rh = KHB + (kh_base(ob.x) + ob.z) / 4u;
             for (var dd = 0u; dd < 16u; dd++) {
                 let ka = s_at[ra + 12u * dd];
-                let qa = s_x[QTB + (ob.y - 16u) / 4u + 12u * dd];
+                let qa = s_at[QTB + (ob.y - 16u) / 4u + 12u * dd];
                 let kh = s_at[rh + 24u * dd];
                 kk0 += ka.x * kh;
                 kk1 += ka.y * kh;
@@ -404,9 +456,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let ki = x_get(pc.x * TS + dd);
                 let qi = x_get(1088u + pc.x * TS + dd);
                 let gi = at_get(pc.x * TS + dd);
+                let bi = x_get(GBX + pc.x * TS + dd);
                 let kj = row4(0u, pc.y, dd);
                 let gj = gam4(pc.y, dd);
-                let b = kj * exp(min(vec4<f32>(gi) - gj, vec4<f32>(0.0)));
+                let bj = row4(GBX, pc.y, dd);
+                let b = kj * exp(min((vec4<f32>(bi) - bj) + (vec4<f32>(gi) - gj), vec4<f32>(0.0)));
                 kk0 += ki * b;
                 qk0 += qi * b;
             }
@@ -443,7 +497,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ntk = (K + 63u) / 64u;
     let ntv = (V4 + 63u) / 64u;
     let ntot = 2u * ntk + ntv;
-    let last = max(L, 1u) - 1u;
     let sm = tid / 16u;
     let sq = tid % 16u;
     var r0 = src4(0u, sm, sq, t0, L, h, hv);
@@ -454,7 +507,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var g1 = gam4_at(0u, sm + 16u, sq, base_gam);
     var g2 = gam4_at(0u, sm + 32u, sq, base_gam);
     var g3 = gam4_at(0u, sm + 48u, sq, base_gam);
-    var gll = gam4_at(0u, last, sq, base_gam);
+    var e0 = vec4<f32>(0.0);
+    var e1 = vec4<f32>(0.0);
+    var e2 = vec4<f32>(0.0);
+    var e3 = vec4<f32>(0.0);
+    if (!KDA_STEP4_COOP) {
+        e0 = dec4_at(0u, sm, sq, base_dec);
+        e1 = dec4_at(0u, sm + 16u, sq, base_dec);
+        e2 = dec4_at(0u, sm + 32u, sq, base_dec);
+        e3 = dec4_at(0u, sm + 48u, sq, base_dec);
+    }
 
     // 3. T = (I + A)^-1 (intra.wgsl), left as packed triangular Tᵀ in s_x
     solve_t(tid, L);
@@ -469,7 +531,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (KDA_STEP4_COOP) {
         ntiles = 0u;
         kda_step4_coop(tid, t0, L, h, hv, base_gam, base_u, Src4(r0, r1, r2, r3),
-            Src4(g0, g1, g2, g3), gll);
+            Src4(g0, g1, g2, g3), gam4_at(0u, last, sq, base_gam));
     }
     for (var tile = 0u; tile < ntiles; tile++) {
         var kind = 0u;
@@ -481,10 +543,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             kind = 1u;
             c0 = (tile - ntk) * 64u;
         }
-        stage_src(kind, c0, sm, sq, r0, g0, gll, L, base_kd);
-        stage_src(kind, c0, sm + 16u, sq, r1, g1, gll, L, base_kd);
-        stage_src(kind, c0, sm + 32u, sq, r2, g2, gll, L, base_kd);
-        stage_src(kind, c0, sm + 48u, sq, r3, g3, gll, L, base_kd);
+        stage_src(kind, c0, sm, sq, r0, g0, e0, L, base_kd);
+        stage_src(kind, c0, sm + 16u, sq, r1, g1, e1, L, base_kd);
+        stage_src(kind, c0, sm + 32u, sq, r2, g2, e2, L, base_kd);
+        stage_src(kind, c0, sm + 48u, sq, r3, g3, e3, L, base_kd);
         workgroupBarrier();
         let tn = min(tile + 1u, ntot - 1u);
         r0 = src4(tn, sm, sq, t0, L, h, hv);
@@ -495,7 +557,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         g1 = gam4_at(tn, sm + 16u, sq, base_gam);
         g2 = gam4_at(tn, sm + 32u, sq, base_gam);
         g3 = gam4_at(tn, sm + 48u, sq, base_gam);
-        gll = gam4_at(tn, last, sq, base_gam);
+        e0 = dec4_at(tn, sm, sq, base_dec);
+        e1 = dec4_at(tn, sm + 16u, sq, base_dec);
+        e2 = dec4_at(tn, sm + 32u, sq, base_dec);
+        e3 = dec4_at(tn, sm + 48u, sq, base_dec);
         if (kind == 2u) {
             store_qd(base_qd, tid, c0);
         } else {

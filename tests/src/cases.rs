@@ -249,6 +249,60 @@ pub fn conformance_cases() -> Vec<CaseSpec> {
     out
 }
 
+/// The extreme-gate family ([`GateStyle::Extreme`]): every legal gate form at its extremes, on
+/// varlen batches with initial states, so that resets fall on chunk starts, ends and middles.
+pub fn gate_cases() -> Vec<CaseSpec> {
+    let mut out = Vec::new();
+    let mut add = |name: String, p: Problem, seqlens: Vec<usize>| {
+        let seed = 5000 + out.len() as u64;
+        out.push(CaseSpec {
+            name,
+            problem: p,
+            seqlens,
+            seed,
+            style: DataStyle {
+                gate: GateStyle::Extreme,
+                ..DataStyle::default()
+            },
+        });
+    };
+    for op in Op::ALL {
+        let o = op.name();
+        let mut p = base(op, 1, 2, 64, 64);
+        p.initial = InitialState::Dense;
+        add(
+            format!("{o}/gates-extreme-log"),
+            p.clone(),
+            vec![193, 64, 1, 70],
+        );
+        p.checkpoint_every = Some(64);
+        add(
+            format!("{o}/gates-extreme-log-checkpoints"),
+            p,
+            vec![130, 65],
+        );
+        let mut p = base(op, 1, 2, 64, 64);
+        p.initial = InitialState::Dense;
+        p.gate = Gate::Softplus;
+        p.a_log = true;
+        p.beta = BetaMode::Logit;
+        p.l2norm = true;
+        add(format!("{o}/gates-extreme-softplus"), p, vec![130, 66]);
+        if op == Op::Kda {
+            for (lb, a_log, len) in [(-5.0, true, 130), (-1e4, false, 66)] {
+                let mut p = base(op, 1, 2, 64, 64);
+                p.initial = InitialState::Dense;
+                p.gate = Gate::LowerBound(lb);
+                p.a_log = a_log;
+                p.beta = BetaMode::Logit;
+                p.l2norm = true;
+                add(format!("{o}/gates-extreme-lower-bound{lb}"), p, vec![len]);
+            }
+        }
+    }
+    out
+}
+
 /// What a backend must satisfy on one case.
 #[derive(Clone, Debug)]
 pub struct CaseCheck {

@@ -19,6 +19,49 @@ pub enum GateStyle {
     VeryNegative,
     /// Raw gate inputs drawn from {-8, 0, 8} (FlashKDA's sweep); log gates get -8·u.
     Adversarial,
+    /// Realistic gates with extreme single-token decays at chunk starts, ends and middles of
+    /// every sequence ([`EXTREME_AT`]): log decays of -inf (a reset), -30, -300, -1e4, -1e8 and
+    /// -1e30, softplus inputs with time steps up to 1e30 and +inf, saturated lower-bound inputs.
+    /// For kda two channels in three take the extreme value and the third keeps its own.
+    Extreme,
+}
+
+/// The positions within a sequence that [`GateStyle::Extreme`] overwrites: chunk starts and ends
+/// (0, 63, 64, 127, 128, 191, 192), runs of neighbours and isolated middles.
+pub const EXTREME_AT: [usize; 18] = [
+    0, 1, 2, 5, 30, 31, 45, 63, 64, 65, 100, 126, 127, 128, 129, 150, 191, 192,
+];
+
+/// The extreme values of [`GateStyle::Extreme`], per gate form (raw inputs for the in-kernel gates).
+fn extreme_values(gate: Gate) -> [f64; 6] {
+    match gate {
+        Gate::Log => [f64::NEG_INFINITY, -30.0, -300.0, -1e4, -1e8, -1e30],
+        // -exp(A_log) softplus(x + dt_bias) ~ -A x: decays from about -30 to -1.6e31, and -inf
+        Gate::Softplus => [f64::INFINITY, 30.0, 300.0, 1e4, 1e8, 1e30],
+        // the sigmoid saturated at both ends: the largest decay (lb) and none
+        Gate::LowerBound(_) => [f64::INFINITY, -1e30, 1e30, f64::NEG_INFINITY, 1e4, -30.0],
+    }
+}
+
+/// Overwrites the gates at [`EXTREME_AT`] of every sequence with [`extreme_values`], cycling
+/// through them so that neighbouring positions and sequences get different values.
+fn put_extreme_gates(g: &mut [f64], p: &Problem, seqlens: &[usize], gk: usize) {
+    let vals = extreme_values(p.gate);
+    let mut start = 0;
+    for (n, &len) in seqlens.iter().enumerate() {
+        for (j, &at) in EXTREME_AT.iter().enumerate().filter(|(_, &at)| at < len) {
+            for hv in 0..p.hv {
+                let x = vals[(n + j + hv) % vals.len()];
+                let row = ((start + at) * p.hv + hv) * gk;
+                for d in 0..gk {
+                    if gk == 1 || (d + j) % 3 != 0 {
+                        g[row + d] = x;
+                    }
+                }
+            }
+        }
+        start += len;
+    }
 }
 
 /// How the data is drawn.
@@ -126,10 +169,10 @@ pub fn generate(
     };
     let mut a_log = None;
     let mut dt_bias = None;
-    let g: Vec<f64> = match p.gate {
+    let mut g: Vec<f64> = match p.gate {
         Gate::Log => (0..t * hv * gk)
             .map(|_| match style.gate {
-                GateStyle::Realistic => logsigmoid(3.0 + 1.5 * rng.normal()),
+                GateStyle::Realistic | GateStyle::Extreme => logsigmoid(3.0 + 1.5 * rng.normal()),
                 GateStyle::NoDecay => 0.0,
                 GateStyle::VeryNegative => rng.range(-20.0, -5.0),
                 GateStyle::Adversarial => -8.0 * rng.uniform(),
@@ -172,6 +215,9 @@ pub fn generate(
                 .collect()
         }
     };
+    if style.gate == GateStyle::Extreme {
+        put_extreme_gates(&mut g, &p, seqlens, gk);
+    }
     let beta: Vec<f64> = (0..t * hv)
         .map(|_| {
             let z = rng.normal();

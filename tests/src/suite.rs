@@ -3,7 +3,7 @@
 //! properties and bad inputs. Each function returns the counts it ran and skipped.
 
 use crate::casefile::{read_case, Case};
-use crate::cases::{check_case, conformance_cases};
+use crate::cases::{check_case, conformance_cases, gate_cases, CaseSpec};
 use crate::diff::{backend_kind, chosen_backend, diff_case, reference_outputs};
 use crate::generate::{generate, DataStyle};
 use deltarule_core::problem::{FinalState, InitialState, Mode, Op, StateLayout};
@@ -132,8 +132,18 @@ pub fn golden(name: &str) -> Tally {
 
 /// Every case of the generated table.
 pub fn generated(name: &str, filter: impl Fn(&str) -> bool) -> Tally {
+    run_cases(name, conformance_cases(), filter)
+}
+
+/// The extreme-gate family: -inf resets and decays down to -1e30 at chunk starts, ends and
+/// middles, softplus and lower-bound gates saturated, kda channels resetting while others do not.
+pub fn gates(name: &str) -> Tally {
+    run_cases(name, gate_cases(), |_| true)
+}
+
+fn run_cases(name: &str, specs: Vec<CaseSpec>, filter: impl Fn(&str) -> bool) -> Tally {
     let mut t = Tally::default();
-    for spec in conformance_cases() {
+    for spec in specs {
         if !filter(&spec.name) {
             continue;
         }

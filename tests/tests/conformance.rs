@@ -34,6 +34,13 @@ macro_rules! conformance_suite {
             }
 
             #[test]
+            fn extreme_gates() {
+                if present() {
+                    suite::gates($backend).finish("extreme gates", $backend);
+                }
+            }
+
+            #[test]
             fn state_contract_properties() {
                 if present() {
                     suite::properties($backend, $seeds).finish("properties", $backend);

@@ -8,12 +8,23 @@
 //!
 //! Every exponent evaluated here is `Γ_i − Γ_j` with `j ≤ i`, `Γ_i`, or `Γ_last − Γ_j`: never
 //! positive for log decays `≤ 0`, so nothing overflows and nothing is masked by multiplying.
+//!
+//! Gates of any size (docs/spec.md, the chunked algorithm): each log decay is first clamped to
+//! [`Real::LOG_DECAY_FLOOR`] (whose exponential is exactly 0, so -inf stays an exact reset and no
+//! `−inf − (−inf)` arises), and `Γ` is kept as two cumulative sums, `B` over the large decays
+//! (below [`LARGE_DECAY`]) and `s` over the others, with `Γ_i − Γ_j = (B_i − B_j) + (s_i − s_j)`.
+//! Where no large decay lies between `j` and `i`, `B_i − B_j` is exactly 0 and the difference
+//! keeps the precision of the small sums; where one does, the factor is at most `e^-4` and the
+//! rounding of `B` is scaled by it.
 //! Chunks are at most [`CHUNK`](deltarule_core::problem::CHUNK) tokens, never cross a sequence,
 //! and are cut short at checkpoint positions so that any checkpoint interval works.
 
 use crate::real::Real;
 use crate::reference::{Pair, PairOut};
 use deltarule_core::Op;
+
+/// Log decays below this go to the large-decay sum `B` of a chunk's `Γ` (module docs).
+pub const LARGE_DECAY: f64 = -4.0;
 
 /// The state-independent products of one chunk of `l` tokens.
 pub struct Intra<R> {
@@ -42,19 +53,40 @@ pub fn intra<R: Real>(pair: &Pair<'_, R>, t0: usize, l: usize) -> Intra<R> {
         Op::Kda => kd,
     };
     let scale = R::from_f64(p.scale);
-    // 1. Γ: inclusive cumulative sum within the chunk, [l, gk].
-    let mut gam = vec![R::ZERO; l * gk];
+    // 1. Γ = B + s: inclusive cumulative sums within the chunk, [l, gk], of the clamped log
+    //    decays, the large ones into B and the others into s.
+    let large = R::from_f64(LARGE_DECAY);
+    let mut gb = vec![R::ZERO; l * gk];
+    let mut gs = vec![R::ZERO; l * gk];
     for i in 0..l {
         let g = &prep.gamma[pair.g_at(t0 + i)..pair.g_at(t0 + i) + gk];
         for d in 0..gk {
-            gam[i * gk + d] = if i == 0 {
-                g[d]
+            let x = if g[d] < R::LOG_DECAY_FLOOR {
+                R::LOG_DECAY_FLOOR
             } else {
-                gam[(i - 1) * gk + d] + g[d]
+                g[d]
             };
+            let (b0, s0) = if i == 0 {
+                (R::ZERO, R::ZERO)
+            } else {
+                (gb[(i - 1) * gk + d], gs[(i - 1) * gk + d])
+            };
+            let (b, s) = if x < large {
+                (b0 + x, s0)
+            } else {
+                (b0, s0 + x)
+            };
+            gb[i * gk + d] = b;
+            gs[i * gk + d] = s;
         }
     }
-    let gam_at = |i: usize, d: usize| gam[i * gk + if gk == 1 { 0 } else { d }];
+    let at = |i: usize, d: usize| i * gk + if gk == 1 { 0 } else { d };
+    // Γ_i
+    let gam_at = |i: usize, d: usize| gb[at(i, d)] + gs[at(i, d)];
+    // Γ_i − Γ_j
+    let gam_diff = |i: usize, j: usize, d: usize| {
+        (gb[at(i, d)] - gb[at(j, d)]) + (gs[at(i, d)] - gs[at(j, d)])
+    };
     let q = |i: usize| &prep.q[pair.q_at(t0 + i)..pair.q_at(t0 + i) + kd];
     let k = |i: usize| &prep.k[pair.q_at(t0 + i)..pair.q_at(t0 + i) + kd];
     let beta = |i: usize| prep.beta[pair.beta_at(t0 + i)];
@@ -73,13 +105,13 @@ pub fn intra<R: Real>(pair: &Pair<'_, R>, t0: usize, l: usize) -> Intra<R> {
                         dkk += ki[d] * kj[d];
                         dqk += qi[d] * kj[d];
                     }
-                    let e = (gam_at(i, 0) - gam_at(j, 0)).exp();
+                    let e = gam_diff(i, j, 0).exp();
                     dkk *= e;
                     dqk *= e;
                 }
                 Op::Kda => {
                     for d in 0..kd {
-                        let e = (gam_at(i, d) - gam_at(j, d)).exp();
+                        let e = gam_diff(i, j, d).exp();
                         dkk += ki[d] * kj[d] * e;
                         dqk += qi[d] * kj[d] * e;
                     }
@@ -120,7 +152,7 @@ pub fn intra<R: Real>(pair: &Pair<'_, R>, t0: usize, l: usize) -> Intra<R> {
             let eg = gam_at(j, d).exp();
             wsrc[j * kd + d] = b * kj[d] * eg;
             qdec[j * kd + d] = scale * qj[d] * eg;
-            kdec[j * kd + d] = kj[d] * (gam_at(l - 1, d) - gam_at(j, d)).exp();
+            kdec[j * kd + d] = kj[d] * gam_diff(l - 1, j, d).exp();
         }
         for e in 0..vd {
             usrc[j * vd + e] = b * vj[e];
@@ -227,5 +259,137 @@ pub fn chunked<R: Real>(pair: &Pair<'_, R>, mut s: Vec<R>) -> PairOut<R> {
         o,
         state: s,
         checkpoints,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::CpuBackend;
+    use deltarule_core::{
+        compare, Backend, DType, HostTensor, InitialState, Inputs, Kernel, Mode, Op, Outputs,
+        Problem,
+    };
+
+    /// A deterministic value in [-1, 1).
+    fn noise(i: usize, salt: u64) -> f64 {
+        let mut x = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt;
+        x ^= x >> 31;
+        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x ^= x >> 29;
+        (x >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+
+    /// One 130-token sequence with realistic gates, an initial state, and `extreme` at tokens 0,
+    /// 30, 63, 64 and 100 (kda: on two channels in three).
+    fn problem(op: Op, extreme: f64) -> (Problem, Inputs) {
+        let (t, hv, kd, vd) = (130, 2, 32, 32);
+        let mut p = Problem::new(op, Mode::Prefill, 1, t, 1, hv, kd, vd);
+        p.qkv_dtype = DType::F32;
+        p.initial = InitialState::Dense;
+        let gk = if op == Op::Kda { kd } else { 1 };
+        let mut k: Vec<f64> = (0..t * kd).map(|i| noise(i, 1)).collect();
+        for row in k.chunks_mut(kd) {
+            let n = row.iter().map(|x| x * x).sum::<f64>().sqrt();
+            row.iter_mut().for_each(|x| *x /= n);
+        }
+        let mut g: Vec<f64> = (0..t * hv * gk)
+            .map(|i| -0.05 - 0.05 * noise(i, 3))
+            .collect();
+        for at in [0, 30, 63, 64, 100] {
+            for (j, x) in g[at * hv * gk..(at + 1) * hv * gk].iter_mut().enumerate() {
+                if gk == 1 || j % 3 != 0 {
+                    *x = extreme;
+                }
+            }
+        }
+        let inputs = Inputs {
+            q: HostTensor::from_f64(
+                DType::F32,
+                vec![t, 1, kd],
+                &k.iter().map(|x| 0.7 * x).collect::<Vec<_>>(),
+            ),
+            k: HostTensor::from_f64(DType::F32, vec![t, 1, kd], &k),
+            v: HostTensor::from_f64(
+                DType::F32,
+                vec![t, hv, vd],
+                &(0..t * hv * vd).map(|i| noise(i, 2)).collect::<Vec<_>>(),
+            ),
+            g: HostTensor::from_f64(DType::F32, p.g_shape(), &g),
+            beta: HostTensor::from_f64(
+                DType::F32,
+                vec![t, hv],
+                &(0..t * hv)
+                    .map(|i| 0.5 + 0.4 * noise(i, 4))
+                    .collect::<Vec<_>>(),
+            ),
+            cu_seqlens: HostTensor::from_i64(DType::I64, vec![2], &[0, t as i64]),
+            a_log: None,
+            dt_bias: None,
+            initial_state: Some(HostTensor::from_f64(
+                DType::F32,
+                p.state_shape(1),
+                &(0..hv * kd * vd).map(|i| noise(i, 5)).collect::<Vec<_>>(),
+            )),
+            state_indices: None,
+        };
+        (p, inputs)
+    }
+
+    fn run(kernel: Kernel, p: &Problem, inputs: &Inputs) -> Outputs {
+        match CpuBackend::new().run(kernel, p, inputs) {
+            Ok(o) => o,
+            Err(e) => panic!("{kernel:?}: {e}"),
+        }
+    }
+
+    /// -inf (a reset) and -1e30 on single tokens: finite, and within the f32 bound of float64.
+    #[test]
+    fn extreme_log_decays_match_the_reference() {
+        for op in Op::ALL {
+            for extreme in [f64::NEG_INFINITY, -1e30, -300.0, -30.0] {
+                let (p, inputs) = problem(op, extreme);
+                let want = run(Kernel::Reference, &p, &inputs);
+                for kernel in [Kernel::Chunked, Kernel::ChunkedF64] {
+                    let got = run(kernel, &p, &inputs);
+                    let pairs = [
+                        ("o", &got.o, &want.o),
+                        (
+                            "final state",
+                            got.final_state.as_ref().expect("a final state"),
+                            want.final_state.as_ref().expect("a final state"),
+                        ),
+                    ];
+                    for (what, g, w) in pairs {
+                        let m = compare(&g.to_f64_vec(), &w.to_f64_vec());
+                        assert!(
+                            m.passes(1e-5),
+                            "{} {kernel:?} gate {extreme}: {what} rel_l2 {:e}, {} non-finite",
+                            op.name(),
+                            m.rel_l2,
+                            m.nonfinite
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A reset on the first token makes the initial state irrelevant, bit for bit.
+    #[test]
+    fn a_reset_forgets_the_initial_state_exactly() {
+        for op in Op::ALL {
+            let (mut p, mut inputs) = problem(op, f64::NEG_INFINITY);
+            // (kda: every channel resets on the first token)
+            let mut g = inputs.g.to_f64_vec();
+            let row = p.hv * if op == Op::Kda { p.k } else { 1 };
+            g[..row].iter_mut().for_each(|x| *x = f64::NEG_INFINITY);
+            inputs.g = HostTensor::from_f64(DType::F32, p.g_shape(), &g);
+            let with = run(Kernel::Chunked, &p, &inputs);
+            p.initial = InitialState::None;
+            inputs.initial_state = None;
+            let without = run(Kernel::Chunked, &p, &inputs);
+            assert_eq!(with.o.count_nonfinite(), 0, "{}", op.name());
+            assert!(with.o.bit_identical(&without.o), "{}", op.name());
+        }
     }
 }

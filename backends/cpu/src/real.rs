@@ -21,6 +21,10 @@ pub trait Real:
 {
     const ZERO: Self;
     const ONE: Self;
+    /// The most negative per-token log decay the chunked path uses: `exp` of it, and of anything
+    /// below it, is exactly 0 in this precision, so a gate clamped to it is still an exact reset
+    /// and every cumulative sum of a chunk stays finite (docs/spec.md, the chunked algorithm).
+    const LOG_DECAY_FLOOR: Self;
     fn from_f64(x: f64) -> Self;
     fn to_f64(self) -> f64;
     fn exp(self) -> Self;
@@ -30,10 +34,11 @@ pub trait Real:
 
 /// Implements [`Real`] for a float type with its own methods.
 macro_rules! impl_real {
-    ($t:ty) => {
+    ($t:ty, $floor:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
+            const LOG_DECAY_FLOOR: Self = $floor;
             #[inline]
             fn from_f64(x: f64) -> Self {
                 x as $t
@@ -58,8 +63,9 @@ macro_rules! impl_real {
     };
 }
 
-impl_real!(f64);
-impl_real!(f32);
+// e^-128 and e^-800 lie far below the smallest subnormal of f32 (e^-103.3) and f64 (e^-744.4)
+impl_real!(f64, -800.0);
+impl_real!(f32, -128.0);
 
 /// `softplus(x) = x` for `x > 20`, else `log(1 + e^x)` (docs/spec.md).
 #[inline]

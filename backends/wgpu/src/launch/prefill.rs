@@ -37,13 +37,14 @@ pub fn kda_intra_coop(gpu: &Gpu) -> Shader {
 }
 
 /// f32 words of one (chunk, head) slot of the `wsa` workspace (layout in `common.wgsl`):
-/// Wᵀ [K][64], kdec [64][K4], qdec [64][K], P [64][64], e^Γ_last [K4], and for kda Γ [64][K].
+/// Wᵀ [K][64], kdec [64][K4], qdec [64][K], P [64][64], e^Γ_last [K4], and for kda Γ [64][K]
+/// and Γ_last − Γ [64][K].
 pub fn wsa_slot(op: Op, k: usize) -> usize {
     let k4 = k.div_ceil(4) * 4;
     let gam = 128 * k + 64 * k4 + 4096 + k4;
     match op {
         Op::Gdn => gam,
-        Op::Kda => gam + 64 * k,
+        Op::Kda => gam + 128 * k,
     }
 }
 
