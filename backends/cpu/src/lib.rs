@@ -9,6 +9,7 @@ pub mod chunked;
 pub mod prep;
 pub mod real;
 pub mod reference;
+pub mod segments;
 
 use deltarule_core::{
     validate_inputs, Backend, BackendKind, Capabilities, Error, FinalState, HostTensor, Inputs,
