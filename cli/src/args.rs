@@ -287,3 +287,104 @@ impl ProblemArgs {
         Ok((p, seqlens))
     }
 }
+
+/// One `--gate-at` edit: the gate of packed token `token` (every value head, or `head` only) set
+/// to `value`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateAt {
+    pub token: usize,
+    pub head: Option<usize>,
+    pub value: f64,
+}
+
+impl std::fmt::Display for GateAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.head {
+            Some(h) => write!(f, "{}:{h}={}", self.token, self.value),
+            None => write!(f, "{}={}", self.token, self.value),
+        }
+    }
+}
+
+/// Parses `TOKEN=VALUE` or `TOKEN:HEAD=VALUE` (VALUE a float, `-inf` included).
+pub fn gate_at(s: &str) -> std::result::Result<GateAt, String> {
+    let bad = || {
+        format!("`{s}` must be TOKEN=VALUE or TOKEN:HEAD=VALUE, such as 30000=-inf or 70000:2=-1e4")
+    };
+    let (at, value) = s.split_once('=').ok_or_else(bad)?;
+    let (token, head) = match at.split_once(':') {
+        Some((t, h)) => (t, Some(h.trim().parse::<usize>().map_err(|_| bad())?)),
+        None => (at, None),
+    };
+    let token = token.trim().parse::<usize>().map_err(|_| bad())?;
+    let value = value.trim().parse::<f64>().map_err(|_| bad())?;
+    if value.is_nan() {
+        return Err(format!(
+            "`{s}`: a gate of NaN is not a decay; use -inf to reset the state"
+        ));
+    }
+    Ok(GateAt { token, head, value })
+}
+
+/// Gate edits of a generated problem.
+#[derive(Args, Clone, Debug, Default)]
+pub struct GateArgs {
+    /// Set the gate g of a packed token after generation: TOKEN=VALUE (every value head) or
+    /// TOKEN:HEAD=VALUE; repeatable. VALUE is the raw g input (the log decay with --gate log:
+    /// -inf resets the state, -1e4 is an extreme decay; the gate input before softplus with the
+    /// in-kernel gates, where a large positive value resets).
+    #[arg(long = "gate-at", value_parser = gate_at, allow_hyphen_values = true)]
+    pub gate_at: Vec<GateAt>,
+}
+
+/// Applies gate edits to a generated case (every K channel of a kda gate), and records them in
+/// the metadata key `gate_at`.
+pub fn apply_gates(case: &mut deltarule_tests::casefile::Case, gates: &[GateAt]) -> Result<()> {
+    if gates.is_empty() {
+        return Ok(());
+    }
+    let p = &case.problem;
+    let g = &mut case.inputs.g;
+    let per_head: usize = g.shape.iter().skip(2).product();
+    for e in gates {
+        if e.token >= p.tokens {
+            return Err(Error::invalid(
+                "--gate-at",
+                format!("a packed token below T = {}", p.tokens),
+                e.to_string(),
+            ));
+        }
+        if e.head.is_some_and(|h| h >= p.hv) {
+            return Err(Error::invalid(
+                "--gate-at",
+                format!("a value head below HV = {}", p.hv),
+                e.to_string(),
+            ));
+        }
+        let heads = match e.head {
+            Some(h) => h..h + 1,
+            None => 0..p.hv,
+        };
+        for h in heads {
+            g.write_f64((e.token * p.hv + h) * per_head, &vec![e.value; per_head]);
+        }
+    }
+    let list: Vec<String> = gates.iter().map(|e| e.to_string()).collect();
+    case.metadata.insert("gate_at".into(), list.join(","));
+    Ok(())
+}
+
+/// The tokens marked by a case's `gate_at` metadata, with a label (`g=-inf`), for plots.
+pub fn gate_marks(meta: &std::collections::BTreeMap<String, String>) -> Vec<(usize, String)> {
+    meta.get("gate_at")
+        .map(|s| {
+            s.split(',')
+                .filter_map(|e| gate_at(e).ok())
+                .map(|e| {
+                    let head = e.head.map_or(String::new(), |h| format!(" (head {h})"));
+                    (e.token, format!("g={} at {}{head}", e.value, e.token))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -3,25 +3,30 @@
 //! Exit codes: 0 success (every comparison within tolerance), 1 a tolerance exceeded, 2 a usage or
 //! input error (unreadable file, invalid problem, a problem over the memory cap, a backend choice
 //! that does not fit, nothing compared), 3 a device or compile error (an unavailable backend asked
-//! for by name included). `diff` runs every case and exits with the worst code of all.
+//! for by name included). `diff` runs every case and exits with the worst code of all; `compare`
+//! uses 0, 1 and 2 the same way.
 
 mod args;
 mod bench;
+mod plot;
+mod progress;
 
-use args::ProblemArgs;
+use args::{apply_gates, gate_marks, GateArgs, ProblemArgs};
 use clap::{Args, Parser, Subcommand};
 use deltarule_core::problem::{Mode, Op};
 use deltarule_core::select::{render_rules, DeviceState, Preference};
 use deltarule_core::{BackendKind, Error};
+use deltarule_core::{Outputs, Problem};
 use deltarule_engine::{Engine, EngineOptions};
-use deltarule_tests::casefile::{read_case_with_limit, write_case, Case};
+use deltarule_tests::casefile::{read_case_with_limit, write_case, Case, Expected};
 use deltarule_tests::diff::{
-    backend_kind, default_backends, diff_case, diff_preference, reference_outputs, render_table,
-    DiffRow,
+    backend_kind, compare_sets, default_backends, default_compare_tolerance, diff_preference,
+    observed_rows, observed_source, read_output_set, reference_outputs_with_progress, render_table,
+    render_wide, run_backend, save_outputs, CasePart, DiffRow, OutputRefs,
 };
-use deltarule_tests::generate::{generate, with_expected, DataStyle};
+use deltarule_tests::generate::{generate, DataStyle};
 use deltarule_tests::limits::ByteCap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -48,9 +53,15 @@ enum Cmd {
     Gen {
         #[command(flatten)]
         problem: ProblemArgs,
+        #[command(flatten)]
+        gates: GateArgs,
         #[arg(long)]
         out: PathBuf,
     },
+    /// Compare two output sets (files from `diff --save-outputs`, or case files' observed or
+    /// expected outputs) with the metrics of `diff`. Exit code 0 within --tol, 1 over it, 2 for an
+    /// input error.
+    Compare(CompareArgs),
     /// List the backends found, their capabilities, and why any is unavailable.
     Backends,
     /// Print the selection-rule table.
@@ -96,8 +107,97 @@ struct DiffArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
+    /// Every column on one line per row (wider than 100 columns).
+    #[arg(long)]
+    wide: bool,
+    /// Draw the error along the sequence as SVG: FILE for one case, FILE-<case>.svg beside it
+    /// for each of several.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Plot only packed tokens START..END (to see chunk boundaries and single gates in a long
+    /// sequence).
+    #[arg(long, value_name = "START..END", value_parser = token_range)]
+    plot_tokens: Option<(usize, usize)>,
+    /// Write each backend's outputs for each case to DIR/<case>.<backend>.safetensors (for
+    /// `deltarule compare`).
+    #[arg(long, value_name = "DIR")]
+    save_outputs: Option<PathBuf>,
     #[command(flatten)]
     problem: ProblemArgs,
+    #[command(flatten)]
+    gates: GateArgs,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum PartArg {
+    /// A case file's observed outputs where it has them, else its expected ones.
+    Auto,
+    Expected,
+    Observed,
+}
+
+impl PartArg {
+    fn part(self) -> CasePart {
+        match self {
+            PartArg::Auto => CasePart::Auto,
+            PartArg::Expected => CasePart::Expected,
+            PartArg::Observed => CasePart::Observed,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct CompareArgs {
+    /// Output set A, the outputs measured ("got").
+    a: PathBuf,
+    /// Output set B, what A is measured against ("want"). Without it, A must be a case file with
+    /// observed outputs: they are compared with its expected ones.
+    b: Option<PathBuf>,
+    /// Which outputs of A, when A is a case file.
+    #[arg(long, value_enum, default_value = "auto")]
+    a_part: PartArg,
+    /// Which outputs of B, when B is a case file.
+    #[arg(long, value_enum, default_value = "auto")]
+    b_part: PartArg,
+    /// The relative L2 bound. Default: the sum of the two sets' bounds as recorded (each within
+    /// its bound of the truth puts them within the sum of each other; 1e-4 for a set recording
+    /// none).
+    #[arg(long, value_parser = tolerance)]
+    tol: Option<f64>,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Every column on one line per row.
+    #[arg(long)]
+    wide: bool,
+    /// Draw A's error against B along the sequence as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Plot only packed tokens START..END.
+    #[arg(long, value_name = "START..END", value_parser = token_range)]
+    plot_tokens: Option<(usize, usize)>,
+}
+
+fn token_range(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("`{s}` must be START..END with START < END, such as 29900..30200");
+    let (a, b) = s.split_once("..").ok_or_else(bad)?;
+    let (a, b) = (
+        a.trim().parse::<usize>().map_err(|_| bad())?,
+        b.trim().parse::<usize>().map_err(|_| bad())?,
+    );
+    if a < b {
+        Ok((a, b))
+    } else {
+        Err(bad())
+    }
+}
+
+fn tolerance(s: &str) -> Result<f64, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x >= 0.0)
+        .ok_or_else(|| format!("`{s}` must be a non-negative number such as 1e-4"))
 }
 
 /// An engine with the CPU backend and every backend the names ask for (all of them for none or
@@ -169,14 +269,21 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
     let cap = ByteCap::resolve(cli.max_bytes)?;
     match cli.cmd {
         Cmd::Diff(args) => cmd_diff(args, &cap),
-        Cmd::Gen { problem, out } => {
+        Cmd::Gen {
+            problem,
+            gates,
+            out,
+        } => {
             let (p, seqlens) = problem.problem(&cap, true)?;
-            let case = generate(&p, &seqlens, problem.seed, DataStyle::default())?;
+            let show = progress::wanted(false);
+            let mut case = generated(&p, &seqlens, problem.seed, show)?;
+            apply_gates(&mut case, &gates.gate_at)?;
             eprintln!(
                 "computing the float64 reference for {} ({} sequences x {} value heads)...",
                 p, p.seqs, p.hv
             );
-            let case = with_expected(case)?;
+            let reference = reference_with_progress(&case, show)?;
+            case.expected = Expected::from_outputs(&reference);
             write_case(&out, &case)?;
             println!("wrote {} ({})", out.display(), case.problem);
             Ok(Outcome::Pass)
@@ -246,7 +353,25 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
             }
         }
         Cmd::Bench(args) => bench::run(args, &cap),
+        Cmd::Compare(args) => cmd_compare(args, &cap),
     }
+}
+
+/// A generated case, with a spinner while generation takes long.
+fn generated(p: &Problem, seqlens: &[usize], seed: u64, show: bool) -> Result<Case, Error> {
+    let bar = progress::Progress::start(show, "generating the inputs", None);
+    let case = generate(p, seqlens, seed, DataStyle::default());
+    bar.finish();
+    case
+}
+
+/// The float64 reference of a case, with a progress bar while it takes long.
+fn reference_with_progress(case: &Case, show: bool) -> Result<Outputs, Error> {
+    let pieces = (case.problem.seqs * case.problem.hv) as u64;
+    let bar = progress::Progress::start(show, "float64 reference", Some(pieces.max(1)));
+    let out = reference_outputs_with_progress(case, &|done, _| bar.set(done as u64));
+    bar.finish();
+    out
 }
 
 /// Whether the table has any row of this backend (and kernel) for the case's op and mode; a
@@ -260,6 +385,105 @@ fn has_row(case: &Case, name: &str) -> bool {
         .any(|r| r.op == case.problem.op && r.mode == case.problem.mode && pref.wants(r))
 }
 
+/// The line that opens a case on stderr: its name, and the problem where that says more.
+fn case_line(case: &Case, names: &[String]) -> String {
+    let id = case.problem.to_string();
+    if id == case.name {
+        format!("{} on {}", case.name, names.join(", "))
+    } else {
+        format!("{} ({id}) on {}", case.name, names.join(", "))
+    }
+}
+
+/// The plot of one case's rows (the `o` rows' profiles, the final-state rows' per-sequence
+/// errors).
+fn plot_case(
+    case_name: &str,
+    p: &Problem,
+    cu: &[usize],
+    marks: Vec<(usize, String)>,
+    rows: &[&DiffRow],
+    window: Option<(usize, usize)>,
+) -> plot::PlotCase {
+    let (first, end) = match window {
+        Some((a, b)) => (a.min(p.tokens), b.min(p.tokens).max(a.min(p.tokens))),
+        None => (0, p.tokens),
+    };
+    let mut series = Vec::new();
+    let mut exact = Vec::new();
+    for r in rows.iter().filter(|r| r.tensor == "o") {
+        let Some(prof) = &r.profile else { continue };
+        let states = rows
+            .iter()
+            .find(|s| s.tensor == "final_state" && s.backend == r.backend)
+            .map(|s| s.per_sequence.clone())
+            .unwrap_or_default();
+        let all_zero =
+            prof.per_token.iter().all(|&x| x == 0.0) && states.iter().flatten().all(|&x| x == 0.0);
+        if all_zero {
+            exact.push(r.backend.clone());
+            continue;
+        }
+        let crop = |v: &[f64], per: usize| -> Vec<f64> {
+            v.get(first * per..end * per).unwrap_or_default().to_vec()
+        };
+        series.push(plot::Series {
+            name: r.backend.clone(),
+            per_token: crop(&prof.per_token, 1),
+            per_head: crop(&prof.per_head, prof.hv),
+            states,
+        });
+    }
+    let want = rows.first().map_or("f64", |r| r.reference.as_str());
+    let id = p.to_string();
+    let shape = if id == case_name {
+        String::new()
+    } else {
+        format!("{id}; ")
+    };
+    let range = if window.is_some() {
+        format!(" (tokens {first}..{end} shown)")
+    } else {
+        String::new()
+    };
+    let subtitle = format!(
+        "{shape}{} sequence(s), {} tokens{range}, {} value heads; error of o per token against {}",
+        cu.len().saturating_sub(1),
+        p.tokens,
+        p.hv,
+        if want == "expected" || want == "f64" {
+            "the float64 reference"
+        } else {
+            want
+        }
+    );
+    plot::PlotCase {
+        title: case_name.to_string(),
+        subtitle,
+        first,
+        tokens: end - first,
+        hv: p.hv,
+        cu: cu.to_vec(),
+        chunk: deltarule_core::problem::CHUNK,
+        marks,
+        series,
+        exact,
+    }
+}
+
+/// Draws each case's picture; returns the files written.
+fn draw_plots(path: &Path, cases: &[plot::PlotCase]) -> Result<Vec<PathBuf>, Error> {
+    let names: Vec<String> = cases.iter().map(|c| c.title.clone()).collect();
+    let files = plot::paths(path, &names);
+    for (c, f) in cases.iter().zip(&files) {
+        plot::draw(f, c).map_err(|reason| Error::Output {
+            path: f.display().to_string(),
+            reason,
+        })?;
+    }
+    Ok(files)
+}
+
 fn cmd_diff(args: DiffArgs, cap: &ByteCap) -> Result<Outcome, Error> {
     let DiffArgs {
         cases: case_paths,
@@ -267,8 +491,21 @@ fn cmd_diff(args: DiffArgs, cap: &ByteCap) -> Result<Outcome, Error> {
         gdn_prefill_backend: gdn_alias,
         kda_prefill_backend: kda_alias,
         json,
+        wide,
+        plot,
+        plot_tokens,
+        save_outputs: save_dir,
         problem,
+        gates,
     } = args;
+    let show = progress::wanted(json);
+    if !gates.gate_at.is_empty() && !problem.given() {
+        return Err(Error::invalid(
+            "--gate-at",
+            "a generated problem to edit (--op ... --tokens ...); a case file's gates are its own",
+            "no generated problem",
+        ));
+    }
     // every error is printed once, here, and the worst exit code wins
     let mut worst: u8 = 0;
     let mut report = |context: &str, e: &Error| {
@@ -288,10 +525,11 @@ fn cmd_diff(args: DiffArgs, cap: &ByteCap) -> Result<Outcome, Error> {
         }
     }
     if problem.given() {
-        match problem
-            .problem(cap, true)
-            .and_then(|(p, seqlens)| generate(&p, &seqlens, problem.seed, DataStyle::default()))
-        {
+        match problem.problem(cap, true).and_then(|(p, seqlens)| {
+            let mut c = generated(&p, &seqlens, problem.seed, show)?;
+            apply_gates(&mut c, &gates.gate_at)?;
+            Ok(c)
+        }) {
             Ok(c) => cases.push(c),
             Err(e) => report("", &e),
         }
@@ -339,6 +577,7 @@ fn cmd_diff(args: DiffArgs, cap: &ByteCap) -> Result<Outcome, Error> {
     let kda_alias = kda_alias.filter(available);
     let explicit = !requested.is_empty();
     let mut all_rows: Vec<DiffRow> = Vec::new();
+    let mut plots: Vec<plot::PlotCase> = Vec::new();
     let mut failed = false;
     for case in &cases {
         let names: Vec<String> =
@@ -362,25 +601,30 @@ fn cmd_diff(args: DiffArgs, cap: &ByteCap) -> Result<Outcome, Error> {
                 }
                 v
             };
-        if names.is_empty() {
+        if names.is_empty() && case.expected.observed.is_none() {
             continue;
         }
         if !json {
-            eprintln!("{}: {} on {}", case.name, case.problem, names.join(", "));
+            let mut shown = names.clone();
+            if let Some(o) = &case.expected.observed {
+                shown.push(format!("observed:{}", o.label));
+            }
+            eprintln!("{}", case_line(case, &shown));
         }
-        if case.expected.is_empty() {
+        if case.expected.is_empty() && !json {
             eprintln!(
                 "note: {} has no expected tensors: comparing against the float64 reference only",
                 case.name
             );
         }
-        let reference = match reference_outputs(case) {
+        let reference = match reference_with_progress(case, show) {
             Ok(r) => r,
             Err(e) => {
                 report(&format!("{}: ", case.name), &e);
                 continue;
             }
         };
+        let mut case_rows: Vec<DiffRow> = Vec::new();
         for name in &names {
             if !has_row(case, name) {
                 eprintln!(
@@ -390,22 +634,71 @@ fn cmd_diff(args: DiffArgs, cap: &ByteCap) -> Result<Outcome, Error> {
                 );
                 continue;
             }
-            match diff_case(&engine, case, name, &reference) {
-                Ok(rows) => {
-                    for r in rows {
-                        failed |= !r.pass;
-                        if json {
-                            println!("{}", r.to_json());
+            match run_backend(&engine, case, name, &reference) {
+                Ok(run) => {
+                    if let Some(dir) = &save_dir {
+                        if let Err(e) = save_outputs(
+                            dir,
+                            case,
+                            &run.problem,
+                            &run.source,
+                            OutputRefs::of(&run.outputs),
+                        ) {
+                            report(&format!("{} on {name}: ", case.name), &e);
                         }
-                        all_rows.push(r);
                     }
+                    case_rows.extend(run.rows);
                 }
                 Err(e) => report(&format!("{} on {name}: ", case.name), &e),
             }
         }
+        if let Some(o) = &case.expected.observed {
+            match observed_rows(case, &reference) {
+                Ok(rows) => {
+                    if let Some(dir) = &save_dir {
+                        let src = observed_source(case, o);
+                        if let Err(e) =
+                            save_outputs(dir, case, &case.problem, &src, OutputRefs::observed(o))
+                        {
+                            report(&format!("{}: ", case.name), &e);
+                        }
+                    }
+                    case_rows.extend(rows);
+                }
+                Err(e) => report(&format!("{}: ", case.name), &e),
+            }
+        }
+        if plot.is_some() && !case_rows.is_empty() {
+            let cu: Vec<usize> = case
+                .inputs
+                .cu_seqlens
+                .to_i64_vec("cu_seqlens")
+                .map(|v| v.iter().map(|&x| x.max(0) as usize).collect())
+                .unwrap_or_default();
+            let refs: Vec<&DiffRow> = case_rows.iter().collect();
+            plots.push(plot_case(
+                &case.name,
+                &case.problem,
+                &cu,
+                gate_marks(&case.metadata),
+                &refs,
+                plot_tokens,
+            ));
+        }
+        for r in &case_rows {
+            failed |= !r.pass;
+            if json {
+                println!("{}", r.to_json());
+            }
+        }
+        all_rows.extend(case_rows);
     }
     if !json && !all_rows.is_empty() {
-        print!("{}", render_table(&all_rows));
+        if wide {
+            print!("{}", render_wide(&all_rows));
+        } else {
+            print!("{}", render_table(&all_rows));
+        }
         let fails = all_rows.iter().filter(|r| !r.pass).count();
         println!(
             "{} comparisons, {} passed, {} failed",
@@ -413,6 +706,16 @@ fn cmd_diff(args: DiffArgs, cap: &ByteCap) -> Result<Outcome, Error> {
             all_rows.len() - fails,
             fails
         );
+    }
+    if let Some(path) = &plot {
+        match draw_plots(path, &plots) {
+            Ok(files) => {
+                for f in files {
+                    eprintln!("plot: {}", f.display());
+                }
+            }
+            Err(e) => report("", &e),
+        }
     }
     if all_rows.is_empty() && worst == 0 {
         eprintln!(
@@ -426,5 +729,68 @@ fn cmd_diff(args: DiffArgs, cap: &ByteCap) -> Result<Outcome, Error> {
     Ok(match worst {
         0 => Outcome::Pass,
         c => Outcome::Code(c),
+    })
+}
+
+fn cmd_compare(args: CompareArgs, cap: &ByteCap) -> Result<Outcome, Error> {
+    let (a_part, b_part) = match (&args.b, args.a_part, args.b_part) {
+        (None, PartArg::Auto, PartArg::Auto) => (CasePart::Observed, CasePart::Expected),
+        (_, a, b) => (a.part(), b.part()),
+    };
+    let a = read_output_set(&args.a, a_part, cap)?;
+    let b = read_output_set(args.b.as_ref().unwrap_or(&args.a), b_part, cap)?;
+    let tol = args
+        .tol
+        .unwrap_or_else(|| default_compare_tolerance(&a, &b));
+    let rows = compare_sets(&a, &b, tol)?;
+    if args.json {
+        for r in &rows {
+            println!("{}", r.to_json());
+        }
+    } else {
+        for (name, set) in [("A (got)", &a), ("B (want)", &b)] {
+            for l in deltarule_tests::diff::wrap(
+                &format!("{name}: {}", set.provenance()),
+                deltarule_tests::diff::NARROW,
+                4,
+            ) {
+                println!("{l}");
+            }
+        }
+        if args.wide {
+            print!("{}", render_wide(&rows));
+        } else {
+            print!("{}", render_table(&rows));
+        }
+        let fails = rows.iter().filter(|r| !r.pass).count();
+        println!(
+            "{} comparisons, {} passed, {} failed (bound {tol:.0e})",
+            rows.len(),
+            rows.len() - fails,
+            fails
+        );
+    }
+    if let Some(path) = &args.plot {
+        let refs: Vec<&DiffRow> = rows.iter().collect();
+        let g = &a.geometry;
+        let name = rows
+            .first()
+            .map_or_else(|| "compare".to_string(), |r| r.case.clone());
+        let pc = plot_case(
+            &name,
+            &g.problem,
+            &g.cu,
+            gate_marks(&a.metadata),
+            &refs,
+            args.plot_tokens,
+        );
+        for f in draw_plots(path, &[pc])? {
+            eprintln!("plot: {}", f.display());
+        }
+    }
+    Ok(if rows.iter().all(|r| r.pass) {
+        Outcome::Pass
+    } else {
+        Outcome::Code(1)
     })
 }

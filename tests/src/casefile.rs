@@ -10,12 +10,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::path::Path;
 
-/// The expected outputs a case file may carry.
+/// The outputs a case file may carry besides its inputs: the expected outputs (`expected_*`) and,
+/// optionally, the outputs the caller's own kernel produced (`observed.*`, see [`Observed`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Expected {
     pub o: Option<HostTensor>,
     pub final_state: Option<HostTensor>,
     pub checkpoints: Option<HostTensor>,
+    /// The caller's own outputs, reported by `diff` beside every backend.
+    pub observed: Option<Observed>,
 }
 
 impl Expected {
@@ -24,11 +27,51 @@ impl Expected {
             o: Some(out.o.cast(DType::F32)),
             final_state: out.final_state.clone(),
             checkpoints: out.checkpoints.clone(),
+            observed: None,
         }
     }
+    /// True when the file has no `expected_*` tensor (observed outputs do not count).
     pub fn is_empty(&self) -> bool {
         self.o.is_none() && self.final_state.is_none() && self.checkpoints.is_none()
     }
+}
+
+/// The outputs the caller's own kernel produced for the case's inputs (tensors `observed.o`,
+/// `observed.final_state`, `observed.checkpoints`; metadata `observed` labels them). They have the
+/// shapes of the `expected_*` tensors, in any float dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    /// A short label (metadata `observed`; [`DEFAULT_OBSERVED_LABEL`] when absent).
+    pub label: String,
+    pub o: Option<HostTensor>,
+    pub final_state: Option<HostTensor>,
+    pub checkpoints: Option<HostTensor>,
+}
+
+/// The label of observed outputs whose file names none.
+pub const DEFAULT_OBSERVED_LABEL: &str = "observed";
+
+/// The longest label of observed outputs, in characters.
+pub const MAX_OBSERVED_LABEL: usize = 40;
+
+/// Checks the label of observed outputs: 1 to [`MAX_OBSERVED_LABEL`] characters, no control
+/// characters, no leading or trailing space.
+pub fn check_observed_label(label: &str) -> Result<()> {
+    let n = label.chars().count();
+    if n == 0
+        || n > MAX_OBSERVED_LABEL
+        || label.trim() != label
+        || label.chars().any(char::is_control)
+    {
+        return Err(meta_err(
+            "observed",
+            &format!(
+                "a short label of 1 to {MAX_OBSERVED_LABEL} characters without control characters or surrounding spaces, such as `fla-chunk-h100`"
+            ),
+            label,
+        ));
+    }
+    Ok(())
 }
 
 /// A complete case: the problem, its inputs, the expected outputs and the file's metadata.
@@ -58,6 +101,9 @@ pub const KNOWN_TENSORS: &[&str] = &[
     "expected_o",
     "expected_final_state",
     "expected_checkpoints",
+    "observed.o",
+    "observed.final_state",
+    "observed.checkpoints",
 ];
 
 fn to_st_dtype(d: DType) -> StDtype {
@@ -527,10 +573,17 @@ pub fn parse_case_with_limit(name: &str, bytes: &[u8], cap: &ByteCap) -> Result<
         initial_state: take("initial_state"),
         state_indices: take("state_indices"),
     };
+    let observed = observed_from(
+        take("observed.o"),
+        take("observed.final_state"),
+        take("observed.checkpoints"),
+        &metadata,
+    )?;
     let expected = Expected {
         o: take("expected_o"),
         final_state: take("expected_final_state"),
         checkpoints: take("expected_checkpoints"),
+        observed,
     };
     let mut template = options_from_metadata(&metadata)?;
     if inputs.q.shape.len() == 3 && template.scale.is_nan() {
@@ -545,10 +598,16 @@ pub fn parse_case_with_limit(name: &str, bytes: &[u8], cap: &ByteCap) -> Result<
     template.state_out_dtype = DType::F32;
     let problem = Problem::from_inputs(&template, &inputs)?;
     check_expected_shapes(&problem, &inputs, &expected)?;
-    if expected.checkpoints.is_some() && problem.checkpoint_every.is_none() {
+    let observed_checkpoints = expected
+        .observed
+        .as_ref()
+        .is_some_and(|o| o.checkpoints.is_some());
+    if (expected.checkpoints.is_some() || observed_checkpoints)
+        && problem.checkpoint_every.is_none()
+    {
         return Err(Error::invalid(
             "metadata `checkpoint_every`",
-            "present when the file has expected_checkpoints",
+            "present when the file has expected_checkpoints or observed.checkpoints",
             "missing",
         ));
     }
@@ -559,6 +618,50 @@ pub fn parse_case_with_limit(name: &str, bytes: &[u8], cap: &ByteCap) -> Result<
         expected,
         metadata,
     })
+}
+
+/// The observed outputs of a file: its `observed.*` tensors (any float dtype) labelled by the
+/// metadata `observed`. A label without tensors is an error (it names nothing).
+fn observed_from(
+    o: Option<HostTensor>,
+    final_state: Option<HostTensor>,
+    checkpoints: Option<HostTensor>,
+    metadata: &BTreeMap<String, String>,
+) -> Result<Option<Observed>> {
+    for (name, t) in [
+        ("observed.o", &o),
+        ("observed.final_state", &final_state),
+        ("observed.checkpoints", &checkpoints),
+    ] {
+        if let Some(t) = t {
+            if !t.dtype().is_float() {
+                return Err(Error::invalid(
+                    format!("tensor `{name}`"),
+                    "a float dtype (F32, BF16, F16 or F64)",
+                    t.dtype().name(),
+                ));
+            }
+        }
+    }
+    let label = metadata.get("observed").map(|s| s.as_str());
+    if o.is_none() && final_state.is_none() && checkpoints.is_none() {
+        return match label {
+            Some(l) => Err(Error::invalid(
+                "metadata `observed`",
+                "observed.o, observed.final_state or observed.checkpoints in the file (the label names them)",
+                format!("`{l}` and no observed tensor"),
+            )),
+            None => Ok(None),
+        };
+    }
+    let label = label.unwrap_or(DEFAULT_OBSERVED_LABEL);
+    check_observed_label(label)?;
+    Ok(Some(Observed {
+        label: label.to_string(),
+        o,
+        final_state,
+        checkpoints,
+    }))
 }
 
 /// Checks the expected tensors' shapes against the problem: a wrong shape is an input error
@@ -586,6 +689,19 @@ fn check_expected_shapes(p: &Problem, inputs: &Inputs, expected: &Expected) -> R
         p.final_shape(),
         "the final state: [N, HV, ...] dense, or the whole pool",
     )?;
+    let observed = expected.observed.as_ref();
+    check(
+        "observed.o",
+        observed.and_then(|o| o.o.as_ref()),
+        Some(p.o_shape()),
+        "[T, HV, V]",
+    )?;
+    check(
+        "observed.final_state",
+        observed.and_then(|o| o.final_state.as_ref()),
+        p.final_shape(),
+        "the final state: [N, HV, ...] dense, or the whole pool",
+    )?;
     // offsets that do not validate are reported by the input checks; here they only need to
     // bound the arithmetic (each length at most T)
     let cu = inputs
@@ -600,6 +716,12 @@ fn check_expected_shapes(p: &Problem, inputs: &Inputs, expected: &Expected) -> R
         check(
             "expected_checkpoints",
             expected.checkpoints.as_ref(),
+            Some(want.clone()),
+            "[total checkpoints, HV, ...]",
+        )?;
+        check(
+            "observed.checkpoints",
+            observed.and_then(|o| o.checkpoints.as_ref()),
             Some(want),
             "[total checkpoints, HV, ...]",
         )?;
@@ -685,6 +807,16 @@ pub fn read_case_with_limit(path: &Path, cap: &ByteCap) -> Result<Case> {
 pub fn case_bytes(case: &Case) -> Result<Vec<u8>> {
     let mut meta = case.metadata.clone();
     meta.extend(metadata_from_problem(&case.problem));
+    let observed = case.expected.observed.as_ref();
+    match observed {
+        Some(o) => {
+            check_observed_label(&o.label)?;
+            meta.insert("observed".into(), o.label.clone());
+        }
+        None => {
+            meta.remove("observed");
+        }
+    }
     let i = &case.inputs;
     let mut list: Vec<(&str, &HostTensor)> = vec![
         ("q", &i.q),
@@ -706,6 +838,17 @@ pub fn case_bytes(case: &Case) -> Result<Vec<u8>> {
     for (n, t) in opt.iter() {
         if let Some(t) = t {
             list.push((n, t));
+        }
+    }
+    if let Some(o) = observed {
+        for (n, t) in [
+            ("observed.o", &o.o),
+            ("observed.final_state", &o.final_state),
+            ("observed.checkpoints", &o.checkpoints),
+        ] {
+            if let Some(t) = t {
+                list.push((n, t));
+            }
         }
     }
     let bytes: Vec<(String, DType, Vec<usize>, Vec<u8>)> = list

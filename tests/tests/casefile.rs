@@ -388,3 +388,101 @@ fn offsets_spanning_the_whole_i64_range_with_checkpoints_are_an_input_error_not_
         .expect_err("offsets refused");
     assert!(e.to_string().contains("cu_seqlens"), "{e}");
 }
+
+/// `bytes` with metadata `key` set to `value` (the header rewritten, the data kept).
+fn with_metadata(mut bytes: Vec<u8>, key: &str, value: &str) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let mut json: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("json");
+    json["__metadata__"][key] = serde_json::Value::String(value.into());
+    let header = serde_json::to_string(&json).expect("json");
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&bytes.split_off(8 + n));
+    out
+}
+
+fn with_observed(label: &str) -> deltarule_tests::casefile::Case {
+    let mut c = sample();
+    let e = c.expected.clone();
+    c.expected.observed = Some(deltarule_tests::casefile::Observed {
+        label: label.into(),
+        o: e.o.map(|o| o.cast(DType::BF16)),
+        final_state: e.final_state,
+        checkpoints: e.checkpoints,
+    });
+    c
+}
+
+#[test]
+fn observed_outputs_round_trip_with_their_label() {
+    let c = with_observed("fla-chunk h100");
+    let bytes = case_bytes(&c).expect("serialise");
+    let back = parse_case(&c.name, &bytes).expect("parse");
+    assert_eq!(back.expected, c.expected);
+    assert_eq!(
+        back.metadata.get("observed").map(String::as_str),
+        Some("fla-chunk h100")
+    );
+    let ob = back.expected.observed.as_ref().expect("observed");
+    assert_eq!(ob.o.as_ref().map(|t| t.dtype()), Some(DType::BF16));
+    assert!(!back.expected.is_empty());
+    // without the metadata key the label is `observed`
+    let mut json_bytes = bytes.clone();
+    let n = u64::from_le_bytes(json_bytes[..8].try_into().expect("8")) as usize;
+    let mut json: serde_json::Value = serde_json::from_slice(&json_bytes[8..8 + n]).expect("json");
+    json["__metadata__"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("observed");
+    let header = serde_json::to_string(&json).expect("json");
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&json_bytes.split_off(8 + n));
+    let back = parse_case("x", &out).expect("parse");
+    assert_eq!(
+        back.expected.observed.map(|o| o.label),
+        Some(deltarule_tests::casefile::DEFAULT_OBSERVED_LABEL.to_string())
+    );
+    // a case without observed outputs writes no label
+    let plain = parse_case("y", &case_bytes(&sample()).expect("serialise")).expect("parse");
+    assert!(plain.expected.observed.is_none() && !plain.metadata.contains_key("observed"));
+}
+
+#[test]
+fn malformed_observed_outputs_are_named() {
+    // a label naming nothing
+    let bytes = with_metadata(case_bytes(&sample()).expect("serialise"), "observed", "x");
+    expect_invalid(&bytes, "observed");
+    // labels that are not short printable text
+    let good = case_bytes(&with_observed("ok")).expect("serialise");
+    for label in ["", " padded", "a\u{7}bell", &"x".repeat(41)] {
+        expect_invalid(&with_metadata(good.clone(), "observed", label), "observed");
+    }
+    // shapes and dtypes
+    let mut c = with_observed("shape");
+    if let Some(ob) = c.expected.observed.as_mut() {
+        ob.o = Some(deltarule_core::HostTensor::from_f64(
+            DType::F32,
+            vec![1, 2, 3],
+            &[0.0; 6],
+        ));
+    }
+    expect_invalid(&case_bytes(&c).expect("serialise"), "observed.o");
+    let mut c = with_observed("dtype");
+    if let Some(ob) = c.expected.observed.as_mut() {
+        let s = ob.final_state.clone().expect("final");
+        ob.final_state = Some(s.cast(DType::I32));
+    }
+    expect_invalid(&case_bytes(&c).expect("serialise"), "observed.final_state");
+    let mut c = with_observed("ckpt");
+    if let Some(ob) = c.expected.observed.as_mut() {
+        ob.checkpoints = Some(deltarule_core::HostTensor::from_f64(
+            DType::F32,
+            vec![1, 2, 16, 32],
+            &[0.0; 1024],
+        ));
+    }
+    expect_invalid(&case_bytes(&c).expect("serialise"), "observed.checkpoints");
+    // writing refuses a label the reader would refuse
+    assert!(case_bytes(&with_observed("tab\there")).is_err());
+}

@@ -121,7 +121,16 @@ fn corpus() -> Vec<Vec<u8>> {
     small.push((p, vec![1, 1]));
     for (i, (p, lens)) in small.iter().enumerate() {
         let c = generate(p, lens, i as u64 + 1, DataStyle::default()).expect("generate");
-        let c = with_expected(c).expect("reference");
+        let mut c = with_expected(c).expect("reference");
+        v.push(case_bytes(&c).expect("serialise"));
+        // the same case with observed outputs (the caller's kernel), in bf16
+        let e = c.expected.clone();
+        c.expected.observed = Some(deltarule_tests::casefile::Observed {
+            label: format!("observed-{i}"),
+            o: e.o.map(|o| o.cast(DType::BF16)),
+            final_state: e.final_state,
+            checkpoints: e.checkpoints,
+        });
         v.push(case_bytes(&c).expect("serialise"));
     }
     v
@@ -222,6 +231,7 @@ const META_KEYS: &[&str] = &[
     "state_layout",
     "scale",
     "checkpoint_every",
+    "observed",
     "unknown_key",
 ];
 
