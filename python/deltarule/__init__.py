@@ -3,12 +3,17 @@
 The ops ``torch.ops.deltarule.{gdn,kda}_{prefill,decode}`` are registered when torch is
 importable (the package itself does not depend on torch or link libtorch). See ``deltarule.ops``
 for the op signature and ``deltarule.api`` for the friendly wrappers re-exported here.
+``deltarule.fla`` has flash-linear-attention's functions on these ops (``deltarule.fla.install()``
+routes an existing program's fla calls to them); ``deltarule.save_case`` writes one call as a case
+file for ``deltarule diff``, and ``deltarule.capture`` saves chosen calls from a running model.
 """
 
-from . import _spec
+from . import _spec, fla
+from ._case import save_case
 from ._spec import Spec, build_spec
+from .fla import capture
 
-__all__ = ["Spec", "build_spec", "torch_available"]
+__all__ = ["Spec", "build_spec", "torch_available", "fla", "save_case", "capture"]
 
 try:  # the ops and wrappers need torch; validation does not
     import torch  # noqa: F401

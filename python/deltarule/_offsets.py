@@ -2,22 +2,26 @@
 
 Reading ``cu_seqlens`` or ``state_indices`` on the host costs a device-to-host copy and a stream
 synchronisation, so each distinct tensor is validated once and the result cached under
-(data pointer, length, ``tensor._version``). A tensor created under ``torch.inference_mode()`` has
-no version counter (reading ``_version`` raises): such a tensor is revalidated against its contents
-on every eager call, so an in-place refill is never missed. Under CUDA-graph capture nothing is read
+(data pointer, length, ``tensor._version``), for that tensor object only: a new tensor that the
+allocator placed at a freed one's address (version 0 again, other contents) is read afresh. A
+tensor created under ``torch.inference_mode()`` has no version counter (reading ``_version``
+raises): such a tensor is revalidated against its contents on every eager call, so an in-place
+refill is never missed. Under CUDA-graph capture nothing is read
 (the kernels build their chunk tables on the device from the current contents at replay).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, List, Optional, Tuple
 
 from . import _spec
 
 _CAPACITY = 64
-# (version, contents, derive(contents)): what a call needs from the contents is computed once
-_cache: "OrderedDict[Tuple[Any, ...], Tuple[int, List[int], Any]]" = OrderedDict()
+# (version, contents, derive(contents), the tensor): what a call needs from the contents is
+# computed once; the entry holds only for the tensor object it was read from
+_cache: "OrderedDict[Tuple[Any, ...], Tuple[int, List[int], Any, Any]]" = OrderedDict()
 stats = {"hits": 0, "reads": 0}
 
 
@@ -26,6 +30,10 @@ def _version(t: Any) -> Optional[int]:
         return int(t._version)
     except (RuntimeError, AttributeError):
         return None  # an inference tensor: no version counter
+
+
+def _dead() -> None:
+    return None
 
 
 def capturing() -> bool:
@@ -52,7 +60,7 @@ def checked_contents(
     version = _version(t)
     if version is not None:
         hit = _cache.get(key)
-        if hit is not None and hit[0] == version:
+        if hit is not None and hit[0] == version and hit[3]() is t:
             _cache.move_to_end(key)
             stats["hits"] += 1
             return hit[1], hit[2]
@@ -61,7 +69,11 @@ def checked_contents(
     check(contents)
     derived = derive(contents)
     if version is not None:
-        _cache[key] = (version, contents, derived)
+        try:
+            ref = weakref.ref(t)
+        except TypeError:  # an object without weak references: never reused from the cache
+            ref = _dead
+        _cache[key] = (version, contents, derived, ref)
         _cache.move_to_end(key)
         while len(_cache) > _CAPACITY:
             _cache.popitem(last=False)

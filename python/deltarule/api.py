@@ -6,8 +6,8 @@ implementation, see ``ops.call_eager``), return the tensors.
 or ``initial_state`` and ``output_final_state=True`` for dense states. ``max_seqlen`` (optional,
 like flash-attn's): the longest sequence's tokens, for the kernel selection when the offsets are not
 read on the host, i.e. under CUDA-graph capture (eager calls read them once per offsets tensor and
-raise if the declared value is too small; see ``ops``). ``reference(...)`` runs the
-engine's float64 recurrence on the host (any tensors; for tests).
+raise if the declared value is too small; see ``ops``). CPU tensors run on the CPU backend.
+``reference(...)`` runs the engine's float64 recurrence on the host (any tensors; for tests).
 """
 
 from __future__ import annotations

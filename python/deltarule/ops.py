@@ -4,6 +4,11 @@ fake (meta) implementations validate and return nothing so ``torch.compile`` tra
 the real implementation launches on ``torch.cuda.current_stream()`` without synchronising (apart
 from the one-time validation of a new offsets tensor, see ``_offsets``).
 
+CPU tensors run on the CPU backend (host copies through the extension, outputs copied back into
+the caller's tensors, pool rows written in place as on the device): ``backend="auto"`` picks a CPU
+row of the selection table as it picks a device row for CUDA tensors; a CUDA or wgpu selection
+name with CPU tensors is an invalid argument.
+
 Signature of all four ops (``gdn_prefill``, ``kda_prefill``, ``gdn_decode``, ``kda_decode``)::
 
     (q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool, state_indices,
@@ -77,10 +82,12 @@ def _run(
     (q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool, state_indices,
      checkpoints, A_log, dt_bias) = tensors
     spec = _spec.cached_spec(op, mode, tensors, scalars)
+    if q.device.type == "cpu":
+        _run_host(op, mode, spec, tensors, backend, max_seqlen)
+        return
     if q.device.type != "cuda":
         raise ValueError(
-            f"invalid argument `q`: expected CUDA tensors (the deltarule ops run on the CUDA "
-            f"backend; use deltarule.reference for host tensors), got {q.device}"
+            f"invalid argument `q`: expected CUDA or CPU tensors, got {q.device}"
         )
     if spec.T == 0:
         return
@@ -103,6 +110,57 @@ def _run(
                    int(ws.data_ptr()), int(ws.numel()), max_seq=max_seq)
 
 
+def _run_host(
+    op: str, mode: str, spec: "_spec.Spec", tensors: tuple, backend: str,
+    max_seqlen: Optional[int],
+) -> None:
+    """CPU tensors: the same validation, then the CPU backend through the extension
+    (``_native.run_cpu``: the selection table's CPU rows) on host copies; the outputs are copied
+    into ``o``, ``final_state``, the named pool rows and ``checkpoints``."""
+    from .api import _from_host, _host
+
+    (q, k, v, g, beta, cu_seqlens, o, initial_state, final_state, state_pool, state_indices,
+     checkpoints, A_log, dt_bias) = tensors
+    _native_backend_for_host(backend)
+    _offsets.resolve_hint(
+        _offsets.validate(spec, cu_seqlens, state_indices, checkpoints), max_seqlen, spec.T
+    )
+    if spec.T == 0:
+        return
+    named = (
+        ("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("cu_seqlens", cu_seqlens),
+        ("A_log", A_log), ("dt_bias", dt_bias),
+        ("initial_state", state_pool if state_pool is not None else initial_state),
+        ("state_indices", state_indices),
+    )
+    out = _native.run_cpu(
+        backend, op, mode, spec.native(), {n: _host(t) for n, t in named if t is not None}
+    )
+    with torch.no_grad():
+        o.copy_(_from_host(out["o"], o.device))
+        if state_pool is not None:
+            rows = state_indices[state_indices >= 0].long()
+            if rows.numel():
+                new = _from_host(out["final_state"], state_pool.device)
+                state_pool[rows] = new[rows]
+        elif final_state is not None:
+            final_state.copy_(_from_host(out["final_state"], final_state.device))
+        if checkpoints is not None and "checkpoints" in out:
+            ck = _from_host(out["checkpoints"], checkpoints.device)
+            checkpoints[: ck.shape[0]].copy_(ck)
+
+
+def _native_backend_for_host(backend: str) -> None:
+    """A CUDA or wgpu selection name with CPU tensors is the caller's error: say so plainly."""
+    name = backend.strip().split(":", 1)[0]
+    if name in ("cuda", "wgpu"):
+        raise ValueError(
+            f"invalid argument `backend`: expected auto or a CPU selection name (cpu, "
+            f"cpu:reference, cpu:chunked, cpu:chunked-f64) for CPU tensors, got {backend!r} "
+            f"(move the tensors to the device, or pass backend='auto')"
+        )
+
+
 def _dispatch_stack_empty() -> bool:
     n = getattr(torch._C, "_len_torch_dispatch_stack", None)
     return n is None or n() == 0
@@ -113,13 +171,14 @@ def call_eager(
     max_seqlen: Optional[int] = None,
 ) -> None:
     """Runs op ``name`` for the public wrappers (``deltarule.gdn_prefill``, ...): straight into
-    the implementation for plain CUDA tensors in eager mode, through ``torch.ops.deltarule`` when
-    tracing or compiling, under a dispatch mode, or for tensor subclasses (fake, functional).
-    PyTorch's custom-op dispatch costs ~60 us per call (measured on an H200 host), as long as a
-    short prefill's kernels. Mutated tensors get their version counters bumped as the dispatcher
-    would (where autograd tracks them)."""
+    the implementation for plain CUDA or CPU tensors in eager mode, through
+    ``torch.ops.deltarule`` when tracing or compiling, under a dispatch mode, or for tensor
+    subclasses (fake, functional). PyTorch's custom-op dispatch costs ~60 us per call (measured
+    on an H200 host), as long as a short prefill's kernels. Mutated tensors get their version
+    counters bumped as the dispatcher would (where autograd tracks them)."""
     q = tensors[0]
-    if (type(q) is torch.Tensor and q.is_cuda and not torch.compiler.is_compiling()
+    if (type(q) is torch.Tensor and q.device.type in ("cuda", "cpu")
+            and not torch.compiler.is_compiling()
             and _dispatch_stack_empty()):
         _run(op, mode, tensors, scalars, backend, max_seqlen)
         if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():

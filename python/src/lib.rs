@@ -3,7 +3,8 @@
 //! It receives raw device pointers, shapes, dtypes, options, the device ordinal and the caller's
 //! CUDA stream (`torch.cuda.current_stream().cuda_stream`), builds a `deltarule_core::Problem`,
 //! and launches through the engine facade on that stream without synchronising. It links neither
-//! libtorch nor any torch version. Host-side references (`run_host`) take bytes.
+//! libtorch nor any torch version. Host-side runs (`run_host`, and `run_cpu` for the ops' CPU
+//! tensors) take and return bytes.
 
 use deltarule_core::problem::{BetaMode, FinalState, Gate, InitialState, Mode, Op, StateLayout};
 use deltarule_core::select::Preference;
@@ -297,20 +298,8 @@ fn host_tensor(name: &str, item: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
     HostTensor::from_le_bytes(dtype(name, &dt)?, shape, &bytes).map_err(to_py)
 }
 
-/// Runs a problem on host tensors with a named backend (`cpu` = the float64 reference,
-/// `cpu:chunked`, `cuda`, ...) and returns the outputs as `{name: (bytes, dtype, shape)}`.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (backend, op, mode, desc, tensors))]
-fn run_host<'py>(
-    py: Python<'py>,
-    backend: &str,
-    op: &str,
-    mode: &str,
-    desc: Desc,
-    tensors: &Bound<'py, PyDict>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let p = problem(op, mode, &desc)?;
+/// The inputs of a host run from `{name: (bytes, dtype, shape)}`.
+fn host_inputs(tensors: &Bound<'_, PyDict>) -> PyResult<Inputs> {
     let get = |n: &str| -> PyResult<Option<HostTensor>> {
         match tensors.get_item(n)? {
             Some(x) if !x.is_none() => Ok(Some(host_tensor(n, &x)?)),
@@ -320,7 +309,7 @@ fn run_host<'py>(
     let need = |n: &str| -> PyResult<HostTensor> {
         get(n)?.ok_or_else(|| PyValueError::new_err(format!("`{n}` is required")))
     };
-    let inputs = Inputs {
+    Ok(Inputs {
         q: need("q")?,
         k: need("k")?,
         v: need("v")?,
@@ -331,22 +320,20 @@ fn run_host<'py>(
         dt_bias: get("dt_bias")?,
         initial_state: get("initial_state")?,
         state_indices: get("state_indices")?,
-    };
-    let pref = if backend == "cpu" {
-        Preference::Kernel(BackendKind::Cpu, Kernel::Reference)
-    } else {
-        Preference::parse(backend).map_err(to_py)?
-    };
-    let kinds = match pref.backend() {
-        None => BackendKind::ALL.to_vec(),
-        Some(b) => vec![b],
-    };
+    })
+}
+
+/// Runs `p` on `engine` and returns the outputs as `{name: (bytes, dtype, shape)}` plus `rule`.
+fn run_on<'py>(
+    py: Python<'py>,
+    engine: &Engine,
+    p: &Problem,
+    inputs: &Inputs,
+    pref: Preference,
+) -> PyResult<Bound<'py, PyDict>> {
     let out = py.detach(|| {
-        let e = Engine::new(&EngineOptions {
-            backends: kinds,
-            ..EngineOptions::default()
-        });
-        e.run(&p, &inputs, pref)
+        engine
+            .run(p, inputs, pref)
             .map(|(o, r)| (o, r.id))
             .map_err(to_py)
     })?;
@@ -370,6 +357,71 @@ fn run_host<'py>(
     }
     d.set_item("rule", out.1)?;
     Ok(d)
+}
+
+/// Runs a problem on host tensors with a named backend (`cpu` = the float64 reference,
+/// `cpu:chunked`, `cuda`, ...) and returns the outputs as `{name: (bytes, dtype, shape)}`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (backend, op, mode, desc, tensors))]
+fn run_host<'py>(
+    py: Python<'py>,
+    backend: &str,
+    op: &str,
+    mode: &str,
+    desc: Desc,
+    tensors: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let p = problem(op, mode, &desc)?;
+    let inputs = host_inputs(tensors)?;
+    let pref = if backend == "cpu" {
+        Preference::Kernel(BackendKind::Cpu, Kernel::Reference)
+    } else {
+        Preference::parse(backend).map_err(to_py)?
+    };
+    let kinds = match pref.backend() {
+        None => BackendKind::ALL.to_vec(),
+        Some(b) => vec![b],
+    };
+    let e = Engine::new(&EngineOptions {
+        backends: kinds,
+        ..EngineOptions::default()
+    });
+    run_on(py, &e, &p, &inputs, pref)
+}
+
+/// The CPU backend's preference for a selection name: `auto` or a `cpu` name; any other
+/// backend is an invalid argument (host tensors run on the CPU backend only).
+fn cpu_preference(backend: &str) -> PyResult<Preference> {
+    let pref = Preference::parse(backend).map_err(to_py)?;
+    match pref.backend() {
+        None | Some(BackendKind::Cpu) => Ok(pref),
+        Some(_) => Err(bad(
+            "backend",
+            "auto or a CPU selection name (cpu, cpu:reference, cpu:chunked, cpu:chunked-f64) for CPU tensors",
+            backend,
+        )),
+    }
+}
+
+/// Runs one op call on host tensors through the selection table's CPU rows (`auto` picks among
+/// them as everywhere else) and returns the outputs as `run_host` does. The torch ops' path for
+/// CPU tensors.
+#[pyfunction]
+#[pyo3(signature = (backend, op, mode, desc, tensors))]
+fn run_cpu<'py>(
+    py: Python<'py>,
+    backend: &str,
+    op: &str,
+    mode: &str,
+    desc: Desc,
+    tensors: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyDict>> {
+    static CPU: OnceLock<Engine> = OnceLock::new();
+    let pref = cpu_preference(backend)?;
+    let p = problem(op, mode, &desc)?;
+    let inputs = host_inputs(tensors)?;
+    run_on(py, CPU.get_or_init(Engine::cpu_only), &p, &inputs, pref)
 }
 
 /// The devices found and why any backend is unavailable.
@@ -403,6 +455,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(select, m)?)?;
     m.add_function(wrap_pyfunction!(run_host, m)?)?;
+    m.add_function(wrap_pyfunction!(run_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
     m.add_function(wrap_pyfunction!(rules_markdown, m)?)?;
     Ok(())

@@ -165,6 +165,34 @@ def test_the_extension_runs_the_float64_reference_on_a_golden_case():
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-6
 
 
+@pytest.mark.skipif(not GOLDEN.is_dir(), reason="golden files not present")
+def test_run_cpu_selects_among_the_cpu_rows_only():
+    """The torch ops' path for CPU tensors: `auto` picks a CPU row through the selection table,
+    a CPU kernel name picks that row, and a device backend is an invalid argument."""
+    meta, t = read_safetensors(GOLDEN / "gdn_gva_varlen_state.safetensors")
+    T, H, K = t["q"][2]
+    _, HV, V = t["v"][2]
+    N = t["cu_seqlens"][2][0] - 1
+    desc = ((T, N, H, HV, K, V, 0), ("bf16", "f32", "f32", "f32", "f32", "f32", "i64", "i64"),
+            float(meta["scale"]), False, "log", -5.0, False, "prob", "kv", "dense", "dense", 0)
+    ins = {n: t[n] for n in ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state")}
+    want = to_f64(t["expected_o"])
+    for backend, rule, tol in (("auto", "cpu.gdn.prefill.reference", 1e-6),
+                               ("cpu", "cpu.gdn.prefill.reference", 1e-6),
+                               ("cpu:chunked", "cpu.gdn.prefill.chunked", 1e-4)):
+        out = _native.run_cpu(backend, "gdn", "prefill", desc, ins)
+        assert out["rule"] == rule
+        got = to_f64(out["o"])
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < tol
+    for backend in ("cuda", "wgpu:chunked", "cuda:small-bh"):
+        with pytest.raises(ValueError, match="`backend`.*CPU tensors"):
+            _native.run_cpu(backend, "gdn", "prefill", desc, ins)
+    with pytest.raises(ValueError, match="`backend`"):
+        _native.run_cpu("tpu", "gdn", "prefill", desc, ins)
+    with pytest.raises(ValueError, match="`q` is required"):
+        _native.run_cpu("auto", "gdn", "prefill", desc, {n: v for n, v in ins.items() if n != "q"})
+
+
 def test_launch_without_cuda_is_a_clear_error():
     s = spec(**tensors(pool=3, V=16))
     try:
