@@ -136,7 +136,7 @@ pub struct ProblemArgs {
     /// dtype of state_indices.
     #[arg(long, default_value = "i64")]
     pub index_dtype: String,
-    /// Reject NaN/Inf inputs before running.
+    /// Reject NaN/Inf inputs before running (a log gate of -inf, a reset, is legal).
     #[arg(long)]
     pub check_finite: bool,
 }

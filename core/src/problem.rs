@@ -209,7 +209,8 @@ pub struct Problem {
     pub checkpoint_every: Option<usize>,
     /// Chunk length of the chunked algorithm (64).
     pub chunk: usize,
-    /// Reject NaN/Inf in the inputs before running (costs one pass over them).
+    /// Reject NaN/Inf in the inputs before running (costs one pass over them); infinite gates that
+    /// are legal limits (a log decay of -inf, a saturated softplus or lower-bound input) pass.
     pub check_finite: bool,
 }
 
@@ -685,6 +686,24 @@ fn check_finite(field: &str, t: &HostTensor) -> Result<()> {
     Ok(())
 }
 
+/// The gates' share of `check_finite`: an infinite gate is a legal limit (docs/spec.md, "Gates of
+/// any size"): a log decay of -inf is a reset, and the softplus and lower-bound forms saturate at
+/// either infinity; NaN never is, nor a log decay of +inf (a state that grows without bound).
+fn check_gate(gate: Gate, g: &HostTensor) -> Result<()> {
+    let bad = |x: f64| x.is_nan() || (matches!(gate, Gate::Log) && x == f64::INFINITY);
+    if let Some(i) = (0..g.len()).find(|&i| bad(g.get_f64(i))) {
+        return Err(Error::invalid(
+            "g",
+            match gate {
+                Gate::Log => "log decays in [-inf, 0]",
+                _ => "gate inputs that are not NaN",
+            },
+            format!("{} at flat index {i} (shape {:?})", g.get_f64(i), g.shape),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks `state_indices` against a pool of `rows` rows: every index is -1 (no state read, none
 /// written) or a row, and no row is named twice (two sequences would race on it).
 pub fn validate_state_indices(idx: &[i64], rows: usize) -> Result<()> {
@@ -848,7 +867,7 @@ pub fn validate_inputs(p: &Problem, inputs: &Inputs) -> Result<Validated> {
         check_finite("q", &inputs.q)?;
         check_finite("k", &inputs.k)?;
         check_finite("v", &inputs.v)?;
-        check_finite("g", &inputs.g)?;
+        check_gate(p.gate, &inputs.g)?;
         check_finite("beta", &inputs.beta)?;
         if let Some(a) = &inputs.a_log {
             check_finite("A_log", a)?;
@@ -899,6 +918,19 @@ mod tests {
             e.to_string().contains("also named by state_indices[0]"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn infinite_gates_are_legal_limits_and_nan_never() {
+        let g = |x: f64| HostTensor::from_f64(DType::F32, vec![3], &[-0.5, x, 0.0]);
+        for form in [Gate::Log, Gate::Softplus, Gate::LowerBound(-5.0)] {
+            assert!(check_gate(form, &g(f64::NEG_INFINITY)).is_ok(), "{form:?}");
+            let e = check_gate(form, &g(f64::NAN)).expect_err("NaN");
+            assert!(e.to_string().contains("flat index 1"), "{e}");
+        }
+        assert!(check_gate(Gate::Log, &g(f64::INFINITY)).is_err());
+        assert!(check_gate(Gate::Softplus, &g(f64::INFINITY)).is_ok());
+        assert!(check_gate(Gate::LowerBound(-5.0), &g(f64::INFINITY)).is_ok());
     }
 
     #[test]
