@@ -492,8 +492,34 @@ def test_capture_saves_the_chosen_call_with_the_bound_functions_result(tmp_path)
         assert torch.equal(t["observed.final_state"], want[1])
         assert meta["use_qk_l2norm"] == "true"
         _diff(cap.paths[0])
+        _diff_every_backend_and_plot(cap.paths[0], tmp_path)
     finally:
         sys.modules.pop(mod.__name__, None)
+
+
+def _diff_every_backend_and_plot(path, tmp_path):
+    """``deltarule diff --case FILE --plot SVG`` on every backend the CLI finds: the observed row and
+    a CPU row pass, and the plot is well-formed SVG naming the observed output."""
+    import json
+    import subprocess
+    import xml.etree.ElementTree as ET
+
+    cli = _cli()
+    if cli is None:
+        pytest.skip("no deltarule CLI built (cargo build -p deltarule-cli)")
+    svg = tmp_path / "capture.svg"
+    r = subprocess.run([cli, "diff", "--case", str(path), "--json", "--plot", str(svg)],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode == 2 and "unexpected argument '--plot'" in r.stderr:
+        pytest.skip(f"{cli} predates --plot: rebuild it")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    rows = [json.loads(x) for x in r.stdout.splitlines() if x.strip().startswith("{")]
+    backends = {row.get("backend") for row in rows}
+    assert any(str(b).startswith("observed") for b in backends), backends
+    assert {"cpu", "cpu:chunked"} <= backends, backends
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg")
+    assert "observed" in svg.read_text()
 
 
 def test_capture_of_a_pooled_call_keeps_the_rows_it_names(tmp_path):
