@@ -342,11 +342,14 @@ def _l2(x):
     return x / torch.sqrt((x.float() * x.float()).sum(-1, keepdim=True) + 1e-6).to(x.dtype)
 
 
-def function_cases(quick: bool):
+FUNCTION_NAMES = ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "chunk_kda",
+                  "fused_recurrent_kda")
+
+
+def function_cases(quick: bool, names=FUNCTION_NAMES):
     """(label, function name, kwargs builder options) for every shared option."""
     cases = []
-    for fn in ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "chunk_kda",
-               "fused_recurrent_kda"):
+    for fn in names:
         kda = "kda" in fn
         gates = ["log", "softplus"] + (["lower_bound"] if kda else [])
         for gva, l2, gate, beta, varlen, state, vfirst in itertools.product(
@@ -452,7 +455,7 @@ def function_rows(args, device, budget: Budget, fla_ok: bool, fla_why: str) -> L
     rows = []
     gen = torch.Generator().manual_seed(7)
     T = 200 if args.quick else 300
-    for fn, o in function_cases(args.quick):
+    for fn, o in function_cases(args.quick, args.functions):
         label = ", ".join(f"{k}={v}" for k, v in o.items() if v not in (False, None, "none"))
         try:
             budget.check("functions")
@@ -534,6 +537,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--time-budget", type=float, default=1800.0, help="seconds for everything")
     ap.add_argument("--skip-models", action="store_true")
     ap.add_argument("--skip-functions", action="store_true")
+    ap.add_argument("--functions", nargs="+", default=list(FUNCTION_NAMES), choices=FUNCTION_NAMES,
+                    help="the fla functions checked (default all four)")
     ap.add_argument("--out", default=None, help="also write the tables to this file")
     args = ap.parse_args(argv)
     device = torch.device(args.device)

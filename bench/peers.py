@@ -13,8 +13,8 @@ Implementations (`--impl`), each best run in a process of its own:
               `deltarule bench` rows of the CLI (the difference is the Python call's cost).
 
 Shapes use the grammar of `deltarule bench --shape`: op[-decode]-H/HV-NxL (op gdn or kda, H query
-and key heads, HV value heads, N sequences of L tokens, K = V = 128), or `anchors` for the shapes
-of `deltarule bench --shape anchors`. Inputs as `deltarule bench` builds them: bf16 q/k/v (k L2
+and key heads, HV value heads, N sequences of L tokens, K = V = 128; a mixed batch as
+gdn-16/32-1x30000+4x500), or `anchors` / `prefill` for the sets of `deltarule bench --shape`. Inputs as `deltarule bench` builds them: bf16 q/k/v (k L2
 normalised), f32 log-space gate (one per token and value head for gdn, per key channel for kda),
 bf16 beta (f32 where the implementation asks for it), f32 initial and final states, packed
 variable-length batches (cu_seqlens). Decode moves every sequence's state once per call.
@@ -50,13 +50,29 @@ ANCHORS = (
     "kda-64/64-1x8192",
     "gdn-decode-16/32-256x1",
 )
+PREFILL = (  # the prefill shapes of the performance table (`deltarule bench --shape prefill`)
+    "gdn-16/32-1x8192",
+    "gdn-16/32-1x32768",
+    "gdn-16/32-16x1024",
+    "gdn-16/32-256x64",
+    "gdn-4/8-1x8192",
+    "gdn-16/32-4x8192",
+    "gdn-16/64-1x8192",
+    "gdn-16/32-1x30000+4x500",
+    "kda-32/32-1x8192",
+    "kda-64/64-1x8192",
+    "kda-32/32-16x1024",
+    "kda-32/32-256x64",
+)
 HEAD_DIM = 128
 FLUSH_BYTES = 256 << 20
 
 
 def parse_shape(name):
-    """op[-decode]-H/HV-NxL -> (op, mode, H, HV, N, L); ValueError when it does not parse."""
-    bad = ValueError(f"shape {name!r}: expected op[-decode]-H/HV-NxL such as gdn-16/32-1x8192")
+    """op[-decode]-H/HV-NxL, or a mixed batch NxL+MxJ+..., -> (op, mode, H, HV, lengths);
+    ValueError when it does not parse."""
+    bad = ValueError(f"shape {name!r}: expected op[-decode]-H/HV-NxL such as gdn-16/32-1x8192 "
+                     "or gdn-16/32-1x30000+4x500")
     parts = name.split("-")
     if len(parts) == 4 and parts[1] == "decode":
         op, mode, heads, seqs = parts[0], "decode", parts[2], parts[3]
@@ -68,31 +84,33 @@ def parse_shape(name):
         raise bad
     try:
         h, hv = (int(x) for x in heads.split("/", 1))
-        n, length = (int(x) for x in seqs.split("x", 1))
+        groups = [tuple(int(x) for x in grp.split("x", 1)) for grp in seqs.split("+")]
+        if any(len(grp) != 2 for grp in groups):
+            raise bad
     except ValueError:
         raise bad from None
-    if min(h, hv, n, length) < 1 or hv % h != 0:
+    if min(h, hv, *(c for grp in groups for c in grp)) < 1 or hv % h != 0:
         raise ValueError(f"shape {name!r}: every count must be positive and HV a multiple of H")
-    return op, mode, h, hv, n, length
+    return op, mode, h, hv, [length for n, length in groups for _ in range(n)]
 
 
 def expand(shapes):
-    """`anchors` -> the anchor list; other names kept, in order, without repeats."""
+    """`anchors`, `prefill` -> those lists; other names kept, in order, without repeats."""
     out = []
     for s in shapes:
-        for x in (ANCHORS if s == "anchors" else (s,)):
+        for x in {"anchors": ANCHORS, "prefill": PREFILL}.get(s, (s,)):
             if x not in out:
                 out.append(x)
     return out
 
 
-def make_inputs(op, mode, h, hv, n, length, seed=0):
+def make_inputs(op, mode, h, hv, lengths, seed=0):
     """The common inputs, unbatched: q, k [T, H, K]; v [T, HV, V]; g [T, HV] (gdn) or
     [T, HV, K] (kda), log space; beta [T, HV]; h0 [N, HV, K, V]; cu [N + 1] (int64)."""
     import torch
     import torch.nn.functional as F
 
-    dev, K, V, T = "cuda", HEAD_DIM, HEAD_DIM, n * length
+    dev, K, V, T, n = "cuda", HEAD_DIM, HEAD_DIM, sum(lengths), len(lengths)
     gen = torch.Generator(device=dev).manual_seed(seed)
     q = torch.randn(T, h, K, device=dev, generator=gen).bfloat16()
     k = F.normalize(torch.randn(T, h, K, device=dev, generator=gen), dim=-1).bfloat16()
@@ -101,8 +119,8 @@ def make_inputs(op, mode, h, hv, n, length, seed=0):
     g = F.logsigmoid(3.0 + 1.5 * torch.randn(gshape, device=dev, generator=gen)).float()
     beta = torch.sigmoid(torch.randn(T, hv, device=dev, generator=gen)).bfloat16()
     h0 = 0.1 * torch.randn(n, hv, K, V, device=dev, generator=gen)
-    cu = torch.arange(0, T + 1, length, device=dev, dtype=torch.long)
-    return dict(q=q, k=k, v=v, g=g, beta=beta, h0=h0, cu=cu, n=n, length=length)
+    cu = torch.tensor([0] + lengths, device=dev, dtype=torch.long).cumsum(0)
+    return dict(q=q, k=k, v=v, g=g, beta=beta, h0=h0, cu=cu, n=n, length=max(lengths))
 
 
 def unsupported(why):
@@ -249,9 +267,9 @@ def run(args):
             "device": torch.cuda.get_device_name(), "torch": torch.__version__}
     print(json.dumps({"meta": meta}), flush=True)
     for name in args.shapes:
-        op, mode, h, hv, n, length = parse_shape(name)
+        op, mode, h, hv, lengths = parse_shape(name)
         rec = {"shape": name, "impl": args.impl}
-        x = make_inputs(op, mode, h, hv, n, length)
+        x = make_inputs(op, mode, h, hv, lengths)
         try:
             fn = CALLS[args.impl](op, mode, x)
             out = fn()  # the first call compiles or autotunes
@@ -307,7 +325,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--impl", choices=IMPLS, default="fla")
     ap.add_argument("--shapes", nargs="+", default=["anchors"],
-                    help="op[-decode]-H/HV-NxL names or `anchors` (default)")
+                    help="op[-decode]-H/HV-NxL names, `anchors` (default) or `prefill`")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--graph", action="store_true", help="also time CUDA-graph replays")

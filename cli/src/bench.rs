@@ -24,7 +24,8 @@ pub struct BenchArgs {
     #[arg(long = "backend", num_args = 1.., default_value = "auto")]
     pub backends: Vec<String>,
     /// Named shapes such as `gdn-16/32-1x8192`, `kda-32/32-1x8192`, `gdn-decode-16/32-256x1`
-    /// (op[-decode]-H/HV-NxL, K = V = 128), or `anchors` for the eight anchor shapes.
+    /// (op[-decode]-H/HV-NxL, K = V = 128; a mixed batch as `gdn-16/32-1x30000+4x500`), `anchors`
+    /// for the eight anchor shapes, or `prefill` for the twelve prefill shapes of the performance table.
     #[arg(long = "shape", num_args = 1..)]
     pub shapes: Vec<String>,
     #[arg(long, default_value_t = 5)]
@@ -55,12 +56,30 @@ pub const ANCHORS: &[&str] = &[
     "gdn-decode-16/32-256x1",
 ];
 
-/// Parses `op[-decode]-H/HV-NxL[-kK]`.
+/// The prefill shapes of the performance table: the anchors' prefill shapes, the batched gdn
+/// shape at 4 x 8192, gdn with Qwen3.5's 64 value heads, kda in the batched and short regimes,
+/// and a mixed batch (one long sequence among four short ones).
+pub const PREFILL: &[&str] = &[
+    "gdn-16/32-1x8192",
+    "gdn-16/32-1x32768",
+    "gdn-16/32-16x1024",
+    "gdn-16/32-256x64",
+    "gdn-4/8-1x8192",
+    "gdn-16/32-4x8192",
+    "gdn-16/64-1x8192",
+    "gdn-16/32-1x30000+4x500",
+    "kda-32/32-1x8192",
+    "kda-64/64-1x8192",
+    "kda-32/32-16x1024",
+    "kda-32/32-256x64",
+];
+
+/// Parses `op[-decode]-H/HV-NxL`, where the sequences may be a mixed batch `NxL+MxJ+...`.
 pub fn named_shape(name: &str) -> Result<(Problem, Vec<usize>)> {
     let bad = || {
         Error::invalid(
             "--shape",
-            "op[-decode]-H/HV-NxL such as gdn-16/32-1x8192 or gdn-decode-16/32-256x1",
+            "op[-decode]-H/HV-NxL such as gdn-16/32-1x8192, gdn-16/32-1x30000+4x500 or gdn-decode-16/32-256x1",
             name,
         )
     };
@@ -72,11 +91,20 @@ pub fn named_shape(name: &str) -> Result<(Problem, Vec<usize>)> {
     };
     let op = Op::parse(op).ok_or_else(bad)?;
     let (h, hv) = rest[0].split_once('/').ok_or_else(bad)?;
-    let (n, l) = rest[1].split_once('x').ok_or_else(bad)?;
     let parse = |s: &str| s.parse::<usize>().map_err(|_| bad());
-    let (h, hv, n, l) = (parse(h)?, parse(hv)?, parse(n)?, parse(l)?);
-    let seqlens = vec![l; n];
-    let mut p = Problem::new(op, mode, n, n * l, h, hv, 128, 128);
+    let (h, hv) = (parse(h)?, parse(hv)?);
+    // NxL, or a mixed batch NxL+MxJ+... (one long sequence among short ones: 1x30000+4x500)
+    let mut seqlens = Vec::new();
+    for group in rest[1].split('+') {
+        let (n, l) = group.split_once('x').ok_or_else(bad)?;
+        let (n, l) = (parse(n)?, parse(l)?);
+        if n == 0 || l == 0 {
+            return Err(bad());
+        }
+        seqlens.extend(std::iter::repeat_n(l, n));
+    }
+    let n = seqlens.len();
+    let mut p = Problem::new(op, mode, n, seqlens.iter().sum(), h, hv, 128, 128);
     p.qkv_dtype = DType::BF16;
     p.g_dtype = DType::F32;
     p.beta_dtype = DType::BF16;
@@ -173,8 +201,8 @@ pub fn run(args: BenchArgs, cap: &ByteCap) -> Result<Outcome> {
     // (name, problem and lengths, named shape: times the whole workload, see every_sequence_active)
     let mut problems = Vec::new();
     for s in &args.shapes {
-        if s == "anchors" {
-            for a in ANCHORS {
+        if s == "anchors" || s == "prefill" {
+            for a in if s == "anchors" { ANCHORS } else { PREFILL } {
                 problems.push((a.to_string(), named_shape(a)?, true));
             }
         } else {
@@ -295,7 +323,7 @@ pub fn run(args: BenchArgs, cap: &ByteCap) -> Result<Outcome> {
 
 #[cfg(test)]
 mod tests {
-    use super::{active_states, every_sequence_active, min_bytes, named_shape};
+    use super::{active_states, every_sequence_active, min_bytes, named_shape, ANCHORS, PREFILL};
     use deltarule_tests::generate::{generate, DataStyle};
 
     #[test]
@@ -324,5 +352,23 @@ mod tests {
             "{b} vs {state_bytes}"
         );
         assert!(min_bytes(&case.problem, 192) < 0.76 * b);
+    }
+
+    #[test]
+    fn mixed_batches_and_the_named_sets_parse() {
+        let (p, seqlens) = named_shape("gdn-16/32-1x30000+4x500").expect("mixed");
+        assert_eq!(seqlens, vec![30000, 500, 500, 500, 500]);
+        assert_eq!((p.seqs, p.tokens, p.h, p.hv), (5, 32000, 16, 32));
+        for bad in [
+            "gdn-16/32-1x30000+",
+            "gdn-16/32-0x8",
+            "gdn-16/32-2x0",
+            "gdn-16/32-1x8+x4",
+        ] {
+            assert!(named_shape(bad).is_err(), "{bad}");
+        }
+        for s in ANCHORS.iter().chain(PREFILL) {
+            named_shape(s).expect(s);
+        }
     }
 }
