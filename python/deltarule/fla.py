@@ -408,12 +408,15 @@ _EQUAL_CU: Dict[Tuple[int, int, str], Any] = {}
 
 def _equal_offsets(B: int, T: int, device: Any) -> Any:
     """``[0, T, 2T, ..., BT]`` on ``device``, one tensor per (B, T, device): the ops validate an
-    offsets tensor once, so a decode loop does not read new offsets back every step."""
+    offsets tensor once, so a decode loop does not read new offsets back every step. It is made
+    outside inference mode: an inference tensor has no version counter, and the ops would read
+    it back (a host synchronisation) on every call of a ``generate()`` loop."""
     torch = _torch()
     key = (B, T, str(device))
     cu = _EQUAL_CU.get(key)
     if cu is None:
-        cu = torch.arange(B + 1, dtype=torch.int64, device=device) * T
+        with torch.inference_mode(False):
+            cu = torch.arange(B + 1, dtype=torch.int64, device=device) * T
         if len(_EQUAL_CU) >= 64:
             _EQUAL_CU.clear()
         _EQUAL_CU[key] = cu

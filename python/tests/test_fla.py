@@ -588,3 +588,21 @@ def test_equal_length_batches_reuse_one_offsets_tensor():
     assert _offsets.stats["reads"] == reads
     assert F._equal_offsets(3, 1, q.device).tolist() == [0, 1, 2, 3]
     assert F._equal_offsets(2, 0, q.device).tolist() == [0, 0, 0]
+
+
+def test_equal_length_offsets_are_read_once_under_inference_mode():
+    """transformers' generate() runs under no_grad/inference_mode: the offsets tensor made there
+    must still be read back once, not on every decode step (each read is a host sync on a GPU)."""
+    from deltarule import _offsets
+
+    F._EQUAL_CU.clear()
+    q, k, v, g, beta, _ = inputs("gdn", 2, 1, 2, 2, 16, 16)
+    with torch.inference_mode():
+        h = torch.zeros(2, 2, 16, 16)
+        F.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=h,
+                                           output_final_state=True)
+        reads = _offsets.stats["reads"]
+        for _ in range(4):
+            _, h = F.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=h,
+                                                      output_final_state=True)
+    assert _offsets.stats["reads"] == reads
