@@ -236,6 +236,25 @@ def fmt_t(s: Optional[float]) -> str:
     return f"{s * 1e3:.1f} ms" if s < 10 else f"{s:.1f} s"
 
 
+def profile_decode(m, ids, label: str, top: int) -> None:
+    """Prints where the host time of generating four tokens goes (torch.profiler, CPU and CUDA
+    activities): the ``top`` operators by self CPU time and the host synchronisations, so a time
+    per output token can be traced to its cause."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ids.is_cuda else [])
+    kw = dict(do_sample=False, use_cache=True, pad_token_id=0)
+    with torch.inference_mode(), profile(activities=acts) as prof:
+        m.generate(ids, max_new_tokens=4, min_new_tokens=4, **kw)
+        sync(ids.device)
+    events = prof.key_averages()
+    syncs = {e.key: e.count for e in events
+             if "Synchronize" in e.key or e.key.startswith("cudaMemcpy")}
+    print(f"\n## profile of 4 generated tokens: {label}; host synchronisations and copies: "
+          f"{syncs or 'none'}")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=60))
+
+
 def model_rows(args, device, dtype, budget: Budget, fla_ok: bool, fla_why: str) -> List[List[str]]:
     rows: List[List[str]] = []
     paths = ["deltarule", "fla", "torch"] if fla_ok else ["deltarule", "torch"]
@@ -301,6 +320,9 @@ def model_rows(args, device, dtype, budget: Budget, fla_ok: bool, fla_why: str) 
                                 m, ids, args.new_tokens, device)
                         cells[p]["ttft"].append(f"{n_prompt}: {fmt_t(ttft)}")
                         cells[p]["tpot"].append(f"{n_prompt}: {fmt_t(tpot)}")
+                        if args.profile_decode and n_prompt == args.prompts[0]:
+                            with path(p):
+                                profile_decode(m, ids, f"{name} on {p}", args.profile_decode)
                     except Exception as e:  # noqa: BLE001
                         cells[p]["tokens"].append(f"{n_prompt}: {short(e, 60)}")
                 for p in paths:
@@ -537,6 +559,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--time-budget", type=float, default=1800.0, help="seconds for everything")
     ap.add_argument("--skip-models", action="store_true")
     ap.add_argument("--skip-functions", action="store_true")
+    ap.add_argument("--profile-decode", type=int, default=0, metavar="N",
+                    help="print the N operators with the most host time while each path "
+                         "generates 4 tokens from the first prompt (torch.profiler)")
     ap.add_argument("--functions", nargs="+", default=list(FUNCTION_NAMES), choices=FUNCTION_NAMES,
                     help="the fla functions checked (default all four)")
     ap.add_argument("--out", default=None, help="also write the tables to this file")
