@@ -371,4 +371,23 @@ mod tests {
             named_shape(s).expect(s);
         }
     }
+
+    /// bench/peers.py times the peers on the same named sets: its lists must not drift.
+    #[test]
+    fn the_peer_script_names_the_same_shape_sets() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/peers.py");
+        let text = std::fs::read_to_string(path).expect("bench/peers.py");
+        for (name, set) in [("ANCHORS", ANCHORS), ("PREFILL", PREFILL)] {
+            let start = text.find(&format!("{name} = (")).expect(name);
+            let body = &text[start..];
+            let body = &body[..body.find("\n)").expect("closing parenthesis")];
+            let listed: Vec<&str> = body
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.trim().strip_prefix('"'))
+                .filter_map(|l| l.split('"').next())
+                .collect();
+            assert_eq!(listed, set, "{name} in bench/peers.py and cli/src/bench.rs");
+        }
+    }
 }
