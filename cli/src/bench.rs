@@ -74,6 +74,10 @@ pub const PREFILL: &[&str] = &[
     "kda-32/32-256x64",
 ];
 
+/// The most sequences a named shape may have (each holds at least one state of 64 KiB at
+/// K = V = 128: far past any memory cap long before this).
+pub const MAX_NAMED_SEQS: usize = 1 << 24;
+
 /// Parses `op[-decode]-H/HV-NxL`, where the sequences may be a mixed batch `NxL+MxJ+...`.
 pub fn named_shape(name: &str) -> Result<(Problem, Vec<usize>)> {
     let bad = || {
@@ -94,17 +98,34 @@ pub fn named_shape(name: &str) -> Result<(Problem, Vec<usize>)> {
     let parse = |s: &str| s.parse::<usize>().map_err(|_| bad());
     let (h, hv) = (parse(h)?, parse(hv)?);
     // NxL, or a mixed batch NxL+MxJ+... (one long sequence among short ones: 1x30000+4x500)
-    let mut seqlens = Vec::new();
+    let mut groups = Vec::new();
+    let (mut n, mut tokens) = (0usize, 0usize);
     for group in rest[1].split('+') {
-        let (n, l) = group.split_once('x').ok_or_else(bad)?;
-        let (n, l) = (parse(n)?, parse(l)?);
-        if n == 0 || l == 0 {
+        let (count, l) = group.split_once('x').ok_or_else(bad)?;
+        let (count, l) = (parse(count)?, parse(l)?);
+        if count == 0 || l == 0 {
             return Err(bad());
         }
-        seqlens.extend(std::iter::repeat_n(l, n));
+        n = n.checked_add(count).ok_or_else(bad)?;
+        tokens = count
+            .checked_mul(l)
+            .and_then(|t| t.checked_add(tokens))
+            .ok_or_else(bad)?;
+        groups.push((count, l));
     }
-    let n = seqlens.len();
-    let mut p = Problem::new(op, mode, n, seqlens.iter().sum(), h, hv, 128, 128);
+    // the lengths list is allocated here, before the memory cap sees the problem: bound it
+    if n > MAX_NAMED_SEQS {
+        return Err(Error::invalid(
+            "--shape",
+            format!("at most {MAX_NAMED_SEQS} sequences"),
+            format!("{n} in {name}"),
+        ));
+    }
+    let seqlens: Vec<usize> = groups
+        .iter()
+        .flat_map(|&(count, l)| std::iter::repeat_n(l, count))
+        .collect();
+    let mut p = Problem::new(op, mode, n, tokens, h, hv, 128, 128);
     p.qkv_dtype = DType::BF16;
     p.g_dtype = DType::F32;
     p.beta_dtype = DType::BF16;
@@ -364,6 +385,8 @@ mod tests {
             "gdn-16/32-0x8",
             "gdn-16/32-2x0",
             "gdn-16/32-1x8+x4",
+            "gdn-16/32-99999999999999x1",
+            "gdn-16/32-1x18446744073709551615+1x1",
         ] {
             assert!(named_shape(bad).is_err(), "{bad}");
         }

@@ -335,6 +335,15 @@ fn problems_over_the_memory_cap_exit_2_saying_how_to_raise_it() {
     let (code, _, se) = run_args(&["diff", "--op", "gdn", "--heads", "1", "--tokens", "-1"]);
     assert_eq!(code, Some(2));
     assert!(se.contains("must be a non-negative integer"), "{se}");
+    // a named shape's sequence list is bounded before it is allocated
+    for shape in [
+        "gdn-16/32-99999999999999x1",
+        "gdn-16/32-1x18446744073709551615+1x1",
+    ] {
+        let (code, so, se) = run_args(&["bench", "--shape", shape]);
+        assert_eq!(code, Some(2), "{shape}\n{so}\n{se}");
+        assert_eq!(se.matches("error:").count(), 1, "{se}");
+    }
 }
 
 #[test]
