@@ -851,6 +851,16 @@ pub fn case_bytes(case: &Case) -> Result<Vec<u8>> {
             }
         }
     }
+    serialize_tensors(&list, meta, "case")
+}
+
+/// The safetensors bytes of named host tensors and string metadata (case files and saved output
+/// sets); `what` names the file kind in an error.
+pub fn serialize_tensors(
+    list: &[(&str, &HostTensor)],
+    meta: impl IntoIterator<Item = (String, String)>,
+    what: &str,
+) -> Result<Vec<u8>> {
     let bytes: Vec<(String, DType, Vec<usize>, Vec<u8>)> = list
         .iter()
         .map(|(n, t)| (n.to_string(), t.dtype(), t.shape.clone(), t.to_le_bytes()))
@@ -868,7 +878,7 @@ pub fn case_bytes(case: &Case) -> Result<Vec<u8>> {
     }
     let info: HashMap<String, String> = meta.into_iter().collect();
     safetensors::tensor::serialize(views, Some(info))
-        .map_err(|e| Error::invalid("case", "a serialisable case", e.to_string()))
+        .map_err(|e| Error::invalid(what, format!("a serialisable {what}"), e.to_string()))
 }
 
 /// Writes a case file atomically (see [`write_atomic`]).

@@ -1,10 +1,9 @@
 //! Writing one source's outputs as a saved output set (`diff --save-outputs`).
 
 use super::{OutputRefs, Source, OUTPUTS_MARK};
-use crate::casefile::{metadata_from_problem, write_atomic, Case};
+use crate::casefile::{metadata_from_problem, serialize_tensors, write_atomic, Case};
 use deltarule_core::problem::FinalState;
 use deltarule_core::{DType, Error, HostTensor, Problem, Result};
-use std::collections::HashMap;
 use std::path::Path;
 
 /// A file name made of `[A-Za-z0-9._-]` (others become `_`; `:` becomes `-`).
@@ -78,37 +77,7 @@ pub fn output_bytes(
             list.push((n, t));
         }
     }
-    let bytes: Vec<(String, DType, Vec<usize>, Vec<u8>)> = list
-        .iter()
-        .map(|(n, t)| (n.to_string(), t.dtype(), t.shape.clone(), t.to_le_bytes()))
-        .collect();
-    let mut views = Vec::new();
-    for (n, d, s, b) in &bytes {
-        let dt = st_dtype(*d);
-        let view = safetensors::tensor::TensorView::new(dt, s.clone(), b).map_err(|e| {
-            Error::invalid(
-                format!("tensor `{n}`"),
-                "a consistent tensor",
-                e.to_string(),
-            )
-        })?;
-        views.push((n.clone(), view));
-    }
-    let info: HashMap<String, String> = meta.into_iter().collect();
-    safetensors::tensor::serialize(views, Some(info))
-        .map_err(|e| Error::invalid("outputs", "a serialisable output set", e.to_string()))
-}
-
-fn st_dtype(d: DType) -> safetensors::Dtype {
-    use safetensors::Dtype as S;
-    match d {
-        DType::F64 => S::F64,
-        DType::F32 => S::F32,
-        DType::F16 => S::F16,
-        DType::BF16 => S::BF16,
-        DType::I32 => S::I32,
-        DType::I64 => S::I64,
-    }
+    serialize_tensors(&list, meta, "output set")
 }
 
 /// Writes one source's outputs for a case into `dir` as `<case>.<backend>.safetensors` (names
