@@ -572,33 +572,19 @@ def test_math_sanity_of_the_naive_recurrence():
     assert math.isclose(float(states[0, 0, 0, 3]), 0.5)
 
 
-def test_equal_length_batches_reuse_one_offsets_tensor():
+@pytest.mark.parametrize("inference", [False, True])
+def test_equal_length_batches_reuse_one_offsets_tensor(inference):
     """B equal sequences without cu_seqlens: the offsets tensor is made once per (B, T, device),
-    so a decode loop does not read new offsets back every step."""
-    from deltarule import _offsets
+    so a decode loop does not read new offsets back every step; also when it is first made under
+    inference mode, as in transformers' generate() (each read is a host sync on a GPU)."""
+    import contextlib
 
-    q, k, v, g, beta, _ = inputs("gdn", 3, 1, 2, 2, 16, 16)
-    h = torch.zeros(3, 2, 16, 16)
-    F.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=h,
-                                       output_final_state=True)
-    reads = _offsets.stats["reads"]
-    for _ in range(4):
-        _, h = F.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=h,
-                                                  output_final_state=True)
-    assert _offsets.stats["reads"] == reads
-    assert F._equal_offsets(3, 1, q.device).tolist() == [0, 1, 2, 3]
-    assert F._equal_offsets(2, 0, q.device).tolist() == [0, 0, 0]
-
-
-def test_equal_length_offsets_are_read_once_under_inference_mode():
-    """transformers' generate() runs under no_grad/inference_mode: the offsets tensor made there
-    must still be read back once, not on every decode step (each read is a host sync on a GPU)."""
     from deltarule import _offsets
 
     F._EQUAL_CU.clear()
-    q, k, v, g, beta, _ = inputs("gdn", 2, 1, 2, 2, 16, 16)
-    with torch.inference_mode():
-        h = torch.zeros(2, 2, 16, 16)
+    q, k, v, g, beta, _ = inputs("gdn", 3, 1, 2, 2, 16, 16)
+    with torch.inference_mode() if inference else contextlib.nullcontext():
+        h = torch.zeros(3, 2, 16, 16)
         F.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=h,
                                            output_final_state=True)
         reads = _offsets.stats["reads"]
@@ -606,3 +592,5 @@ def test_equal_length_offsets_are_read_once_under_inference_mode():
             _, h = F.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, initial_state=h,
                                                       output_final_state=True)
     assert _offsets.stats["reads"] == reads
+    assert F._equal_offsets(3, 1, q.device).tolist() == [0, 1, 2, 3]
+    assert F._equal_offsets(2, 0, q.device).tolist() == [0, 0, 0]
