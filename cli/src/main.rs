@@ -94,8 +94,9 @@ struct DiffArgs {
     /// Case files (safetensors, docs/case-format.md).
     #[arg(long = "case", num_args = 1..)]
     cases: Vec<PathBuf>,
-    /// Backends: cpu (float64 recurrence), cpu:chunked (f32), cpu:chunked-f64, wgpu, cuda,
-    /// backend:kernel, auto. Default: every available backend.
+    /// Backends: cpu (float64 recurrence), cpu:chunked (f32), cpu:chunked-f64, cpu:segmented
+    /// (exact segmented prefill, f64; DELTARULE_CPU_SEGMENT_LEN tokens per segment, default 64),
+    /// wgpu, cuda, backend:kernel, auto. Default: every available backend.
     #[arg(long = "backend", num_args = 1..)]
     backends: Vec<String>,
     /// Alias of --backend for gdn prefill (as in the serving engines).

@@ -543,3 +543,132 @@ fn saved_outputs_compare_with_each_other_and_with_a_case() {
     let (code, _, _) = run_args(&["compare", "/no/such.safetensors", "/no/other.safetensors"]);
     assert_eq!(code, Some(2));
 }
+
+/// The exact segmented prefill by name, on generated problems whose sequences span many segments
+/// (pools, checkpoints across segment edges, GVA, both layouts, in-kernel gates and l2norm), at
+/// the default segment length and at one set by the variable.
+#[test]
+fn diff_on_cpu_segmented_passes_with_several_segments_a_sequence() {
+    let problem = |op: &str, extra: &[&str]| {
+        let mut args: Vec<String> = [
+            "diff",
+            "--json",
+            "--backend",
+            "cpu:segmented",
+            "--op",
+            op,
+            "--tokens",
+            "1000",
+            "--seqs",
+            "3",
+            "--heads",
+            "1",
+            "--v-heads",
+            "2",
+            "--head-dim",
+            "16",
+            "--seed",
+            "4",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let gdn = problem(
+        "gdn",
+        &[
+            "--initial-state",
+            "pool",
+            "--checkpoint-every",
+            "50",
+            "--layout",
+            "vk",
+        ],
+    );
+    let kda = problem(
+        "kda",
+        &[
+            "--initial-state",
+            "dense",
+            "--gate",
+            "lower-bound",
+            "--beta",
+            "logit",
+            "--l2norm",
+        ],
+    );
+    for args in [&gdn, &kda] {
+        for len in [None, Some("192")] {
+            let mut cmd = bin();
+            if let Some(len) = len {
+                cmd.env("DELTARULE_CPU_SEGMENT_LEN", len);
+            }
+            let out = cmd.args(args).output().expect("run");
+            let (so, se) = text(&out);
+            assert_eq!(out.status.code(), Some(0), "{args:?} {len:?}\n{so}\n{se}");
+            let rows = json_rows(&so);
+            assert!(rows.len() >= 2, "o and the final state: {so}");
+            for r in rows {
+                assert_eq!(r["kernel"], "segmented", "{r}");
+                assert_eq!(r["pass"], true, "{r}");
+            }
+        }
+    }
+}
+
+/// A segment length the variable does not take is an error naming it (exit 2, no panic) for the
+/// kernel it sets; the other CPU kernels run, and `backends` shows the value.
+#[test]
+fn a_bad_segment_length_is_an_error_naming_the_variable() {
+    let args = [
+        "diff",
+        "--op",
+        "gdn",
+        "--tokens",
+        "300",
+        "--seqs",
+        "2",
+        "--heads",
+        "1",
+        "--head-dim",
+        "16",
+        "--backend",
+    ];
+    for bad in ["100", "0", "abc", "-64"] {
+        let out = bin()
+            .env("DELTARULE_CPU_SEGMENT_LEN", bad)
+            .args(args)
+            .arg("cpu:segmented")
+            .output()
+            .expect("run");
+        let (so, se) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {so}\n{se}");
+        assert!(!se.contains("panicked"), "{bad}: panic\n{se}");
+        let errors: Vec<&str> = se.lines().filter(|l| l.starts_with("error:")).collect();
+        assert!(
+            errors
+                .iter()
+                .any(|l| l.contains("DELTARULE_CPU_SEGMENT_LEN")
+                    && l.contains("multiple of 64")
+                    && l.contains(&format!("got {bad}"))),
+            "{bad}: {errors:?}"
+        );
+        let out = bin()
+            .env("DELTARULE_CPU_SEGMENT_LEN", bad)
+            .args(args)
+            .args(["cpu", "cpu:chunked-f64"])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(0), "{bad}: {}", text(&out).1);
+    }
+    let out = bin()
+        .env("DELTARULE_CPU_SEGMENT_LEN", "100")
+        .arg("backends")
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{so}\n{se}");
+    assert!(so.contains("DELTARULE_CPU_SEGMENT_LEN"), "{so}");
+}

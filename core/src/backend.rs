@@ -15,6 +15,10 @@ pub enum Kernel {
     Chunked,
     /// Chunked prefill in float64 (CPU only; cross-checks the chunked stage split).
     ChunkedF64,
+    /// Segment-parallel prefill in float64 (CPU only; docs/segments.md): every sequence cut into
+    /// segments, each segment summarised as an affine map of its incoming state, the summaries
+    /// chained along the sequence, every segment run from its true incoming state.
+    Segmented,
     /// Token-sequential recurrence for decode (T >= 1 tokens per sequence), in place on a pool.
     Recurrent,
     /// Chunked prefill split for few (sequence x value head) pairs.
@@ -25,10 +29,11 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 6] = [
+    pub const ALL: [Kernel; 7] = [
         Kernel::Reference,
         Kernel::Chunked,
         Kernel::ChunkedF64,
+        Kernel::Segmented,
         Kernel::Recurrent,
         Kernel::SmallBh,
         Kernel::Coop,
@@ -38,6 +43,7 @@ impl Kernel {
             Kernel::Reference => "reference",
             Kernel::Chunked => "chunked",
             Kernel::ChunkedF64 => "chunked-f64",
+            Kernel::Segmented => "segmented",
             Kernel::Recurrent => "recurrent",
             Kernel::SmallBh => "small-bh",
             Kernel::Coop => "coop",

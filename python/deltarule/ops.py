@@ -156,7 +156,8 @@ def _native_backend_for_host(backend: str) -> None:
     if name in ("cuda", "wgpu"):
         raise ValueError(
             f"invalid argument `backend`: expected auto or a CPU selection name (cpu, "
-            f"cpu:reference, cpu:chunked, cpu:chunked-f64) for CPU tensors, got {backend!r} "
+            f"cpu:reference, cpu:chunked, cpu:chunked-f64, cpu:segmented) for CPU tensors, "
+            f"got {backend!r} "
             f"(move the tensors to the device, or pass backend='auto')"
         )
 

@@ -398,7 +398,7 @@ fn cpu_preference(backend: &str) -> PyResult<Preference> {
         None | Some(BackendKind::Cpu) => Ok(pref),
         Some(_) => Err(bad(
             "backend",
-            "auto or a CPU selection name (cpu, cpu:reference, cpu:chunked, cpu:chunked-f64) for CPU tensors",
+            "auto or a CPU selection name (cpu, cpu:reference, cpu:chunked, cpu:chunked-f64, cpu:segmented) for CPU tensors",
             backend,
         )),
     }

@@ -60,6 +60,9 @@ macro_rules! conformance_suite {
 conformance_suite!(cpu_reference, "cpu", None, 3);
 conformance_suite!(cpu_chunked, "cpu:chunked", None, 3);
 conformance_suite!(cpu_chunked_f64, "cpu:chunked-f64", None, 2);
+// the exact segmented prefill (docs/segments.md) at its default segment length, one chunk: the
+// cases' sequences of 65 to 200 tokens are cut into two to four segments
+conformance_suite!(cpu_segmented, "cpu:segmented", None, 2);
 conformance_suite!(wgpu, "wgpu", Some("DELTARULE_REQUIRE_WGPU"), 2);
 // the cooperative-matrix prefill (`coop`): every case skipped, counted, where the adapter has none
 // (lavapipe), unless DELTARULE_WGPU_COOP_EMULATE=1 runs its matrices in plain WGSL (.ci/run does:

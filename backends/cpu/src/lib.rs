@@ -1,11 +1,14 @@
 //! # deltarule-cpu
 //!
 //! The CPU backend: the float64 token recurrence (the executable spec, [`reference`]), the chunked
-//! algorithm of docs/spec.md in f32 and f64 with the GPU kernels' stage split ([`chunked`]),
-//! and decode (T >= 1 tokens per sequence, pool updated in place). Work is parallel over
-//! (sequence, value head) pairs with rayon. Every option of docs/spec.md works on every path.
+//! algorithm of docs/spec.md in f32 and f64 with the GPU kernels' stage split ([`chunked`]), the
+//! exact segment-parallel prefill of docs/segments.md in f64 ([`segments`]), and decode (T >= 1
+//! tokens per sequence, pool updated in place). Work is parallel over (sequence, value head) pairs
+//! with rayon (the segmented prefill also over segments). Every option of docs/spec.md works on
+//! every path. [`options`] lists the one variable the backend reads.
 
 pub mod chunked;
+pub mod options;
 pub mod prep;
 pub mod real;
 pub mod reference;
@@ -15,6 +18,7 @@ use deltarule_core::{
     validate_inputs, Backend, BackendKind, Capabilities, Error, FinalState, HostTensor, Inputs,
     Kernel, Outputs, Problem, Result, Validated,
 };
+use options::{EnvError, Options, SEGMENT_LEN_VAR};
 use prep::{initial_state, Prepared};
 use rayon::prelude::*;
 use real::Real;
@@ -23,6 +27,9 @@ use reference::{Pair, PairOut};
 /// The CPU backend. Always available.
 pub struct CpuBackend {
     caps: Capabilities,
+    /// The options, or the variable's value that the backend does not take (the `segmented`
+    /// kernel fails with it).
+    options: std::result::Result<Options, EnvError>,
 }
 
 impl Default for CpuBackend {
@@ -32,10 +39,36 @@ impl Default for CpuBackend {
 }
 
 impl CpuBackend {
+    /// The backend with the options of the environment ([`Options::from_env`]).
     pub fn new() -> Self {
+        let options = Options::from_env();
+        let mut caps = Capabilities::cpu(rayon::current_num_threads());
+        match &options {
+            Ok(o) if o.segment_len != options::DEFAULT_SEGMENT_LEN => caps.notes.push(format!(
+                "segmented: {} tokens per segment ({SEGMENT_LEN_VAR})",
+                o.segment_len
+            )),
+            Ok(_) => {}
+            Err(e) => caps.notes.push(format!(
+                "{}={:?} is not {}: the segmented kernel fails",
+                e.var, e.got, e.expected
+            )),
+        }
+        CpuBackend { caps, options }
+    }
+
+    /// The backend with explicit options (no variable is read); a `segment_len` of 0 makes the
+    /// `segmented` kernel fail with an invalid argument.
+    pub fn with_options(options: Options) -> Self {
         CpuBackend {
             caps: Capabilities::cpu(rayon::current_num_threads()),
+            options: Ok(options),
         }
+    }
+
+    /// The options in effect, or the error of the variable that set a value they do not take.
+    pub fn options(&self) -> Result<&Options> {
+        self.options.as_ref().map_err(|e| e.clone().into())
     }
 }
 
@@ -58,7 +91,12 @@ impl Backend for CpuBackend {
     }
 
     fn kernels(&self) -> &'static [Kernel] {
-        &[Kernel::Reference, Kernel::Chunked, Kernel::ChunkedF64]
+        &[
+            Kernel::Reference,
+            Kernel::Chunked,
+            Kernel::ChunkedF64,
+            Kernel::Segmented,
+        ]
     }
 
     fn run(&self, kernel: Kernel, p: &Problem, inputs: &Inputs) -> Result<Outputs> {
@@ -67,10 +105,14 @@ impl Backend for CpuBackend {
             Kernel::Reference => Ok(run_with::<f64>(p, inputs, &val, Algo::TokenRecurrence)),
             Kernel::ChunkedF64 => Ok(run_with::<f64>(p, inputs, &val, Algo::Chunked)),
             Kernel::Chunked => Ok(run_with::<f32>(p, inputs, &val, Algo::Chunked)),
+            Kernel::Segmented => {
+                let segment_len = self.options()?.segment_len;
+                segments::segmented_validated::<f64>(p, inputs, &val, segment_len)
+            }
             other => Err(Error::unsupported(
                 BackendKind::Cpu,
                 other.name(),
-                "the CPU backend has the kernels reference, chunked and chunked-f64",
+                "the CPU backend has the kernels reference, chunked, chunked-f64 and segmented",
             )),
         }
     }
@@ -187,8 +229,56 @@ fn assemble<R: Real>(
 
 #[cfg(test)]
 mod tests {
-    use super::runs_inline;
-    use deltarule_core::{Mode, Op, Problem};
+    use super::{runs_inline, CpuBackend, EnvError, Options, SEGMENT_LEN_VAR};
+    use deltarule_core::{
+        Backend, Capabilities, DType, Error, HostTensor, Inputs, Kernel, Mode, Op, Problem,
+    };
+
+    /// A variable's bad value fails the `segmented` kernel with an error naming the variable,
+    /// before anything runs; the other kernels do not read it.
+    #[test]
+    fn a_bad_segment_length_fails_the_segmented_kernel() {
+        let backend = CpuBackend {
+            caps: Capabilities::cpu(1),
+            options: Err(EnvError {
+                var: SEGMENT_LEN_VAR,
+                expected: "a positive multiple of 64 (tokens per segment)",
+                got: "100".into(),
+            }),
+        };
+        let p = Problem::new(Op::Gdn, Mode::Prefill, 1, 4, 1, 1, 16, 16);
+        let t = |shape: Vec<usize>, x: f64| {
+            let n = shape.iter().product();
+            HostTensor::from_f64(p.qkv_dtype, shape, &vec![x; n])
+        };
+        let inputs = Inputs {
+            q: t(vec![4, 1, 16], 0.25),
+            k: t(vec![4, 1, 16], 0.25),
+            v: t(vec![4, 1, 16], 1.0),
+            g: HostTensor::from_f64(DType::F32, p.g_shape(), &[-0.1; 4]),
+            beta: HostTensor::from_f64(DType::F32, vec![4, 1], &[0.5; 4]),
+            cu_seqlens: HostTensor::from_i64(DType::I64, vec![2], &[0, 4]),
+            a_log: None,
+            dt_bias: None,
+            initial_state: None,
+            state_indices: None,
+        };
+        match backend.run(Kernel::Segmented, &p, &inputs) {
+            Err(e @ Error::InvalidArgument { .. }) => {
+                let message = e.to_string();
+                assert!(
+                    message.contains(SEGMENT_LEN_VAR) && message.contains("got 100"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected an invalid argument, got {other:?}"),
+        }
+        assert!(backend.run(Kernel::Reference, &p, &inputs).is_ok());
+        assert_eq!(
+            CpuBackend::with_options(Options::default()).options().ok(),
+            Some(&Options::default())
+        );
+    }
 
     #[test]
     fn decode_steps_run_inline_and_prefills_on_the_pool() {

@@ -1,7 +1,8 @@
 //! Exact sequence parallelism (docs/segments.md): the summary of a run of tokens as an affine map
 //! of the state entering it, the composition of two such maps, and a whole-problem path that
 //! splits every sequence into segments, summarises the segments in parallel, chains the
-//! summaries along each sequence and then runs every segment from its true incoming state.
+//! summaries along each sequence and then runs every segment from its true incoming state. In
+//! f64 that path is the backend's `segmented` kernel (`cpu:segmented`).
 //!
 //! Per token (docs/spec.md section 3, state `S` of K x V row-major, `k` after the L2 norm, gate
 //! and beta after their transforms):
@@ -19,7 +20,7 @@
 use crate::prep::{initial_state, Prepared};
 use crate::real::Real;
 use crate::reference::{recurrence, Pair, PairOut};
-use deltarule_core::{validate_inputs, Error, Inputs, Op, Outputs, Problem, Result};
+use deltarule_core::{validate_inputs, Error, Inputs, Op, Outputs, Problem, Result, Validated};
 use rayon::prelude::*;
 
 /// The affine map `S_out = M S_in + L` of a run of tokens of one (sequence, value head).
@@ -389,6 +390,17 @@ fn concat<R: Real>(p: &Problem, outs: Vec<PairOut<R>>, empty: Option<Vec<R>>) ->
 pub fn segmented<R: Real>(p: &Problem, inputs: &Inputs, segment_len: usize) -> Result<Outputs> {
     check_segment_len(segment_len)?;
     let val = validate_inputs(p, inputs)?;
+    segmented_validated::<R>(p, inputs, &val, segment_len)
+}
+
+/// [`segmented`] on inputs already validated against `p` (the backend's `segmented` kernel).
+pub(crate) fn segmented_validated<R: Real>(
+    p: &Problem,
+    inputs: &Inputs,
+    val: &Validated,
+    segment_len: usize,
+) -> Result<Outputs> {
+    check_segment_len(segment_len)?;
     let prep = Prepared::<R>::new(p, inputs);
     let plain = Problem {
         checkpoint_every: None,
@@ -434,7 +446,7 @@ pub fn segmented<R: Real>(p: &Problem, inputs: &Inputs, segment_len: usize) -> R
     let chains: Vec<(Vec<Vec<R>>, Vec<R>)> = pairs
         .par_iter()
         .map(|&(n, hv)| {
-            let s0 = initial_state::<R>(p, inputs, &val, n, hv);
+            let s0 = initial_state::<R>(p, inputs, val, n, hv);
             let mut incoming = Vec::with_capacity(first[n + 1] - first[n]);
             let mut s = s0.clone();
             for j in first[n]..first[n + 1] {
@@ -484,5 +496,5 @@ pub fn segmented<R: Real>(p: &Problem, inputs: &Inputs, segment_len: usize) -> R
             concat(p, mine, empty)
         })
         .collect();
-    Ok(super::assemble(p, inputs, &val, &pairs, &results))
+    Ok(super::assemble(p, inputs, val, &pairs, &results))
 }

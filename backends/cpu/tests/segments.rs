@@ -1,11 +1,14 @@
 //! The segment summaries and the segment-parallel path against the token recurrence: long
 //! variable-length batches with extreme but finite log decays and -inf resets, every state option
-//! (dense and pooled initial states, in-place pool updates, both layouts, checkpoints), GVA.
+//! (dense and pooled initial states, in-place pool updates, both layouts, checkpoints), GVA; and
+//! the backend's `segmented` kernel, which runs that path in f64.
 
+use deltarule_core::select::AutoWhen;
 use deltarule_core::{
-    Backend, BetaMode, DType, Error, FinalState, HostTensor, InitialState, Inputs, Kernel, Mode,
-    Op, Outputs, Problem, StateLayout,
+    Backend, BackendKind, BetaMode, DType, Error, FinalState, HostTensor, InitialState, Inputs,
+    Kernel, Mode, Op, Outputs, Precision, Problem, StateLayout, RULES,
 };
+use deltarule_cpu::options::{Options, DEFAULT_SEGMENT_LEN, SEGMENT_LEN_VAR};
 use deltarule_cpu::prep::{initial_state, Prepared};
 use deltarule_cpu::reference::{recurrence, Pair};
 use deltarule_cpu::segments::{apply, compose, segmented, segmented_pair, summarize, Summary};
@@ -599,4 +602,71 @@ fn invalid_and_extreme_arguments() {
     assert!(is_invalid(
         segmented_pair(&pair, vec![0.0; p.k * p.v], 0).map(|_| ())
     ));
+}
+
+/// The backend's `segmented` kernel is the f64 segmented path at the options' segment length (one
+/// chunk by default), bit for bit, and each op has its explicit-only prefill row.
+#[test]
+fn the_segmented_kernel_is_the_f64_path() {
+    let c = Config {
+        op: Op::Kda,
+        h: 1,
+        hv: 2,
+        k: 16,
+        v: 24,
+        layout: StateLayout::Vk,
+        pool: true,
+        checkpoint_every: Some(50),
+        l2norm: true,
+        beta: BetaMode::Logit,
+    };
+    let (p, inputs) = build(c, &[300, 5, 0, 130], 13);
+    let backend = CpuBackend::with_options(Options::default());
+    assert!(backend.kernels().contains(&Kernel::Segmented));
+    let got = backend
+        .run(Kernel::Segmented, &p, &inputs)
+        .expect("segmented kernel");
+    let direct = segmented::<f64>(&p, &inputs, DEFAULT_SEGMENT_LEN).expect("segmented");
+    assert_eq!(got, direct);
+    let want = backend
+        .run(Kernel::Reference, &p, &inputs)
+        .expect("reference");
+    assert!(worst(&got, &want) <= 1e-6);
+    let longer = CpuBackend::with_options(Options { segment_len: 256 })
+        .run(Kernel::Segmented, &p, &inputs)
+        .expect("segments of 256");
+    assert_eq!(
+        longer,
+        segmented::<f64>(&p, &inputs, 256).expect("segmented")
+    );
+    let zero =
+        CpuBackend::with_options(Options { segment_len: 0 }).run(Kernel::Segmented, &p, &inputs);
+    assert!(
+        matches!(zero, Err(Error::InvalidArgument { .. })),
+        "{zero:?}"
+    );
+    for op in Op::ALL {
+        let rows: Vec<_> = RULES
+            .iter()
+            .filter(|r| r.op == op && r.kernel == Kernel::Segmented)
+            .collect();
+        assert_eq!(rows.len(), 1, "{op:?}");
+        let r = rows[0];
+        assert_eq!(
+            (r.backend, r.mode, r.auto_when, r.precision),
+            (
+                BackendKind::Cpu,
+                Mode::Prefill,
+                AutoWhen::Never,
+                Precision::Reference
+            )
+        );
+        let default = format!("default {DEFAULT_SEGMENT_LEN})");
+        assert!(
+            r.note.contains(SEGMENT_LEN_VAR) && r.note.contains(&default),
+            "{}: {}",
+            r.id,
+            r.note
+        );
+    }
 }

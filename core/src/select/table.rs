@@ -2,7 +2,8 @@
 //! its own algorithm, and its rows say which: the CPU runs the chunked algorithm of docs/spec.md
 //! section 5 in the GPU kernels' two stages (a cross-check, by name only); wgpu runs it split into
 //! three passes over a workspace; CUDA runs it fused, one CTA per (sequence, value head) walking
-//! its chunks, and offers the split form as `small-bh`.
+//! its chunks, and offers the split form as `small-bh`. The CPU's `segmented` rows run the exact
+//! segment-parallel prefill of docs/segments.md (a cross-check, by name only).
 
 use super::vocabulary::{AutoWhen, CheckpointRule, DimRule, GateRule, Need, Rule, SplitBound};
 use crate::backend::Kernel;
@@ -241,6 +242,26 @@ const fn cpu_chunked_f64(id: &'static str, op: Op) -> Rule {
     )
 }
 
+/// The CPU `segmented` rows: the exact segment-parallel prefill of docs/segments.md in f64. The
+/// segment length is the CPU backend's (64 tokens, or `DELTARULE_CPU_SEGMENT_LEN`); the table
+/// reads no variable.
+const fn cpu_segmented(id: &'static str, op: Op) -> Rule {
+    row(
+        id,
+        op,
+        Mode::Prefill,
+        BackendKind::Cpu,
+        Kernel::Segmented,
+        86,
+        Precision::Reference,
+        AutoWhen::Never,
+        "exact segmented prefill in f64: each sequence cut into segments of \
+         DELTARULE_CPU_SEGMENT_LEN tokens (default 64), per-segment summaries (transition K x K, \
+         zero-start state K x V) combined along the sequence, outputs from each segment's true \
+         incoming state (docs/segments.md); a cross-check, chosen only by name",
+    )
+}
+
 /// The float64 reference rows: the universal last resort of `auto`.
 const fn cpu_reference(id: &'static str, op: Op, mode: Mode) -> Rule {
     row(
@@ -283,10 +304,12 @@ const CUDA_KDA_SPLIT: SplitBound = SplitBound {
 pub static RULES: &[Rule] = &[
     cpu_chunked("cpu.gdn.prefill.chunked", Op::Gdn),
     cpu_chunked_f64("cpu.gdn.prefill.chunked-f64", Op::Gdn),
+    cpu_segmented("cpu.gdn.prefill.segmented", Op::Gdn),
     cpu_reference("cpu.gdn.prefill.reference", Op::Gdn, Mode::Prefill),
     cpu_reference("cpu.gdn.decode.reference", Op::Gdn, Mode::Decode),
     cpu_chunked("cpu.kda.prefill.chunked", Op::Kda),
     cpu_chunked_f64("cpu.kda.prefill.chunked-f64", Op::Kda),
+    cpu_segmented("cpu.kda.prefill.segmented", Op::Kda),
     cpu_reference("cpu.kda.prefill.reference", Op::Kda, Mode::Prefill),
     cpu_reference("cpu.kda.decode.reference", Op::Kda, Mode::Decode),
     // ---------------------------------------------------------------- wgpu rows

@@ -431,6 +431,7 @@ mod tests {
             "cpu:reference",
             "cpu:chunked",
             "cpu:chunked-f64",
+            "cpu:segmented",
             "wgpu",
             "wgpu:chunked",
             "wgpu:coop",
