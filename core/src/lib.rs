@@ -12,7 +12,10 @@
 //!   checkpoints), the variable-length metadata ([`varlen`]), the structured errors
 //!   ([`error::Error`]), the tolerances ([`tolerance`]) and the selection rules ([`select`](mod@select));
 //! * the kernel-variant domain ([`variants`]): which problems a kernel variant applies to, asked
-//!   by the rule table and the CUDA backend alike.
+//!   by the rule table and the CUDA backend alike;
+//! * the exact segment algebra of docs/segments.md ([`segments`]): a run of tokens as the affine
+//!   map `S_out = M S_in + L` of its incoming state, composition, application and where a
+//!   sequence is cut, generic over the working precision ([`real::Real`], f32 or f64).
 //!
 //! Backends implement [`backend::Backend`]; the engine facade selects a rule and runs it.
 
@@ -21,6 +24,8 @@ pub mod caps;
 pub mod dtype;
 pub mod error;
 pub mod problem;
+pub mod real;
+pub mod segments;
 pub mod select;
 pub mod tensor;
 pub mod tolerance;

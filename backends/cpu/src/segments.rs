@@ -1,96 +1,23 @@
-//! Exact sequence parallelism (docs/segments.md): the summary of a run of tokens as an affine map
-//! of the state entering it, the composition of two such maps, and a whole-problem path that
-//! splits every sequence into segments, summarises the segments in parallel, chains the
-//! summaries along each sequence and then runs every segment from its true incoming state. In
-//! f64 that path is the backend's `segmented` kernel (`cpu:segmented`).
+//! Exact sequence parallelism (docs/segments.md) on the CPU: the summary of a run of tokens as an
+//! affine map of the state entering it, computed by the token recurrence ([`summarize`]), and a
+//! whole-problem path that splits every sequence into segments, summarises the segments in
+//! parallel, chains the summaries along each sequence and then runs every segment from its true
+//! incoming state. In f64 that path is the backend's `segmented` kernel (`cpu:segmented`). The
+//! algebra of summaries ([`Summary`], [`compose`], [`apply`], re-exported here) and the cuts of a
+//! sequence come from `deltarule_core::segments`, which every backend shares.
 //!
-//! Per token (docs/spec.md section 3, state `S` of K x V row-major, `k` after the L2 norm, gate
-//! and beta after their transforms):
-//!
-//! ```text
-//! gdn:  S_t = (I - b_t k_t k_t^T) exp(g_t) S_{t-1} + b_t k_t v_t^T
-//! kda:  S_t = (I - b_t k_t k_t^T) diag(exp(g_t)) S_{t-1} + b_t k_t v_t^T
-//! ```
-//!
-//! so a run of tokens maps `S_in` to `M S_in + L`, with `M` (K x K) the product of the per-token
-//! factors and `L` (K x V) the state the run reaches from zeros. Nothing is truncated and nothing
-//! depends on the gate values: a log decay of -inf makes its factor's decay exactly 0, and a
-//! decay that underflows gives 0 the way the token recurrence gives it.
+//! The summaries are exact: nothing is truncated and nothing depends on the gate values (a log
+//! decay of -inf makes its factor's decay exactly 0, and a decay that underflows gives 0 the way
+//! the token recurrence gives it).
 
 use crate::prep::{initial_state, Prepared};
 use crate::real::Real;
 use crate::reference::{recurrence, Pair, PairOut};
+use deltarule_core::segments::{check_segment_len, checkpoint_pieces, segment_cuts};
 use deltarule_core::{validate_inputs, Error, Inputs, Op, Outputs, Problem, Result, Validated};
 use rayon::prelude::*;
 
-/// The affine map `S_out = M S_in + L` of a run of tokens of one (sequence, value head).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Summary<R> {
-    k: usize,
-    v: usize,
-    m: Vec<R>,
-    l: Vec<R>,
-}
-
-impl<R: Real> Summary<R> {
-    /// A summary from its parts: `m` row-major K x K, `l` row-major K x V.
-    pub fn new(k: usize, v: usize, m: Vec<R>, l: Vec<R>) -> Result<Self> {
-        if m.len() != k * k {
-            return Err(Error::invalid(
-                "summary M",
-                format!("{k} x {k} = {} values", k * k),
-                m.len().to_string(),
-            ));
-        }
-        if l.len() != k * v {
-            return Err(Error::invalid(
-                "summary L",
-                format!("{k} x {v} = {} values", k * v),
-                l.len().to_string(),
-            ));
-        }
-        Ok(Summary { k, v, m, l })
-    }
-
-    /// The summary of no tokens: `M = I`, `L = 0`.
-    pub fn identity(k: usize, v: usize) -> Self {
-        let mut m = vec![R::ZERO; k * k];
-        for i in 0..k {
-            m[i * k + i] = R::ONE;
-        }
-        Summary {
-            k,
-            v,
-            m,
-            l: vec![R::ZERO; k * v],
-        }
-    }
-
-    /// K, the key dim.
-    pub fn k(&self) -> usize {
-        self.k
-    }
-
-    /// V, the value dim.
-    pub fn v(&self) -> usize {
-        self.v
-    }
-
-    /// `M`, the transition of the incoming state, row-major K x K.
-    pub fn m(&self) -> &[R] {
-        &self.m
-    }
-
-    /// `L`, the state reached from zeros, row-major K x V.
-    pub fn l(&self) -> &[R] {
-        &self.l
-    }
-
-    /// `(M, L)`.
-    pub fn into_parts(self) -> (Vec<R>, Vec<R>) {
-        (self.m, self.l)
-    }
-}
+pub use deltarule_core::segments::{apply, compose, Summary};
 
 /// The summary of the tokens `[pair.start, pair.end)` of `pair`'s value head.
 ///
@@ -146,91 +73,19 @@ pub fn summarize<R: Real>(pair: &Pair<'_, R>) -> Summary<R> {
             }
         }
     }
-    let mut m = Vec::with_capacity(kd * kd);
-    let mut l = Vec::with_capacity(kd * vd);
-    for row in x.chunks(w) {
-        m.extend_from_slice(&row[..kd]);
-        l.extend_from_slice(&row[kd..]);
+    let mut summary = Summary::identity(kd, vd);
+    let (m, l) = summary.parts_mut();
+    for (i, row) in x.chunks(w).enumerate() {
+        m[i * kd..(i + 1) * kd].copy_from_slice(&row[..kd]);
+        l[i * vd..(i + 1) * vd].copy_from_slice(&row[kd..]);
     }
-    Summary { k: kd, v: vd, m, l }
-}
-
-fn check_dims<R>(what: &str, k: usize, v: usize, s: &Summary<R>) -> Result<()> {
-    if s.k == k && s.v == v {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            what,
-            format!("a summary of K = {k}, V = {v}"),
-            format!("K = {}, V = {}", s.k, s.v),
-        ))
-    }
-}
-
-/// The summary of `first` followed by `second`: `M = M2 M1`, `L = M2 L1 + L2`. Associative;
-/// cost `O(K^2 (K + V))`.
-pub fn compose<R: Real>(first: &Summary<R>, second: &Summary<R>) -> Result<Summary<R>> {
-    check_dims("second summary", first.k, first.v, second)?;
-    Ok(compose_unchecked(first, second))
-}
-
-fn compose_unchecked<R: Real>(first: &Summary<R>, second: &Summary<R>) -> Summary<R> {
-    let (kd, vd) = (first.k, first.v);
-    let mut m = vec![R::ZERO; kd * kd];
-    let mut l = second.l.clone();
-    for i in 0..kd {
-        let m2 = &second.m[i * kd..(i + 1) * kd];
-        let mrow = &mut m[i * kd..(i + 1) * kd];
-        let lrow = &mut l[i * vd..(i + 1) * vd];
-        for j in 0..kd {
-            let a = m2[j];
-            let m1 = &first.m[j * kd..(j + 1) * kd];
-            let l1 = &first.l[j * vd..(j + 1) * vd];
-            for c in 0..kd {
-                mrow[c] += a * m1[c];
-            }
-            for c in 0..vd {
-                lrow[c] += a * l1[c];
-            }
-        }
-    }
-    Summary { k: kd, v: vd, m, l }
-}
-
-/// The state after the summarised tokens: `M s_in + L`, with `s_in` row-major K x V. Cost
-/// `O(K^2 V)`.
-pub fn apply<R: Real>(summary: &Summary<R>, s_in: &[R]) -> Result<Vec<R>> {
-    let n = summary.k * summary.v;
-    if s_in.len() != n {
-        return Err(Error::invalid(
-            "incoming state",
-            format!("{} x {} = {n} values", summary.k, summary.v),
-            s_in.len().to_string(),
-        ));
-    }
-    Ok(apply_unchecked(summary, s_in))
-}
-
-fn apply_unchecked<R: Real>(summary: &Summary<R>, s_in: &[R]) -> Vec<R> {
-    let (kd, vd) = (summary.k, summary.v);
-    let mut out = summary.l.clone();
-    for i in 0..kd {
-        let orow = &mut out[i * vd..(i + 1) * vd];
-        for j in 0..kd {
-            let a = summary.m[i * kd + j];
-            let srow = &s_in[j * vd..(j + 1) * vd];
-            for c in 0..vd {
-                orow[c] += a * srow[c];
-            }
-        }
-    }
-    out
+    summary
 }
 
 /// The outputs of the tokens `[start, end)` of one sequence (which starts at `seq_start`) from
 /// the incoming state `s`, by the token recurrence. `plain` is the problem without checkpoints;
 /// the checkpoints (`every` tokens, counted from `seq_start`) are taken by cutting the range at
-/// their positions.
+/// their positions ([`checkpoint_pieces`]).
 fn segment_outputs<R: Real>(
     plain: &Problem,
     prep: &Prepared<R>,
@@ -238,58 +93,38 @@ fn segment_outputs<R: Real>(
     (seq_start, start, end): (usize, usize, usize),
     every: Option<usize>,
     mut s: Vec<R>,
-) -> PairOut<R> {
+) -> Result<PairOut<R>> {
     let mut o = Vec::with_capacity((end - start) * plain.v);
     let mut checkpoints = Vec::new();
-    let mut at = start;
-    while at < end {
-        let (stop, checkpoint) = match every {
-            Some(e) => {
-                let next = seq_start.saturating_add(((at - seq_start) / e + 1).saturating_mul(e));
-                (next.min(end), next <= end)
-            }
-            None => (end, false),
-        };
+    for piece in checkpoint_pieces(start - seq_start..end - seq_start, every)? {
         let pair = Pair {
             p: plain,
             prep,
-            start: at,
-            end: stop,
+            start: seq_start + piece.tokens.start,
+            end: seq_start + piece.tokens.end,
             hv,
         };
         let out = recurrence(&pair, s);
         o.extend_from_slice(&out.o);
         s = out.state;
-        if checkpoint {
+        if piece.checkpoint {
             checkpoints.push(s.clone());
         }
-        at = stop;
     }
-    PairOut {
+    Ok(PairOut {
         o,
         state: s,
         checkpoints,
-    }
+    })
 }
 
-/// The segments `[a, b)` of `segment_len` tokens (the last one may be shorter) of `[start, end)`.
-fn split(start: usize, end: usize, segment_len: usize) -> Vec<(usize, usize)> {
-    (start..end)
-        .step_by(segment_len)
-        .map(|a| (a, a.saturating_add(segment_len).min(end)))
-        .collect()
-}
-
-fn check_segment_len(segment_len: usize) -> Result<()> {
-    if segment_len == 0 {
-        Err(Error::invalid(
-            "segment_len",
-            "a positive number of tokens",
-            "0",
-        ))
-    } else {
-        Ok(())
-    }
+/// The segments `(a, b)` of `segment_len` tokens (the last one may be shorter) of the sequence
+/// `[start, end)`, in absolute token positions ([`segment_cuts`]).
+fn split(start: usize, end: usize, segment_len: usize) -> Result<Vec<(usize, usize)>> {
+    Ok(segment_cuts(end.saturating_sub(start), segment_len)?
+        .into_iter()
+        .map(|r| (start + r.start, start + r.end))
+        .collect())
 }
 
 /// One (sequence, value head) segment-parallel from the state `s0`: the same [`PairOut`] as
@@ -314,7 +149,7 @@ pub fn segmented_pair<R: Real>(
         checkpoint_every: None,
         ..p.clone()
     };
-    let segs = split(pair.start, pair.end, segment_len);
+    let segs = split(pair.start, pair.end, segment_len)?;
     let last = segs.len().saturating_sub(1);
     let summaries: Vec<Summary<R>> = segs[..last]
         .par_iter()
@@ -331,7 +166,7 @@ pub fn segmented_pair<R: Real>(
     let mut incoming = Vec::with_capacity(segs.len());
     let mut s = s0;
     for summary in &summaries {
-        let next = apply_unchecked(summary, &s);
+        let next = apply(summary, &s)?;
         incoming.push(s);
         s = next;
     }
@@ -355,7 +190,7 @@ pub fn segmented_pair<R: Real>(
                 s_in,
             )
         })
-        .collect();
+        .collect::<Result<_>>()?;
     Ok(concat(p, outs, empty))
 }
 
@@ -413,7 +248,7 @@ pub(crate) fn segmented_validated<R: Real>(
     for n in 0..p.seqs {
         first.push(segs.len());
         segs.extend(
-            split(val.cu[n], val.cu[n + 1], segment_len)
+            split(val.cu[n], val.cu[n + 1], segment_len)?
                 .into_iter()
                 .map(|(a, b)| (n, a, b)),
         );
@@ -452,16 +287,17 @@ pub(crate) fn segmented_validated<R: Real>(
             for j in first[n]..first[n + 1] {
                 let next = summaries[j * hvs + hv]
                     .as_ref()
-                    .map(|summary| apply_unchecked(summary, &s));
+                    .map(|summary| apply(summary, &s))
+                    .transpose()?;
                 incoming.push(s);
                 match next {
                     Some(next) => s = next,
                     None => break,
                 }
             }
-            (incoming, s0)
+            Ok((incoming, s0))
         })
-        .collect();
+        .collect::<Result<_>>()?;
     drop(summaries);
     let mut s_in: Vec<Option<Vec<R>>> = vec![None; segs.len() * hvs];
     let mut empty: Vec<Option<Vec<R>>> = Vec::with_capacity(pairs.len());
@@ -482,7 +318,7 @@ pub(crate) fn segmented_validated<R: Real>(
             let s = s.unwrap_or_else(|| vec![R::ZERO; p.k * p.v]);
             segment_outputs(&plain, &prep, hv, (val.cu[n], a, b), p.checkpoint_every, s)
         })
-        .collect();
+        .collect::<Result<_>>()?;
 
     // 4. per (sequence, value head), its segments in order, then the reference's assembly
     let mut per_seg: Vec<Option<PairOut<R>>> = outs.into_iter().map(Some).collect();
