@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{bin, golden, run_args, text, tmp, write};
+use common::{bin, diff_cpu_case, golden, run_args, text, tmp, write};
 use deltarule_core::problem::{FinalState, InitialState, Mode, Op};
 use deltarule_core::{DType, HostTensor, Problem};
 use deltarule_tests::casefile::{case_bytes, read_case, Case};
@@ -100,36 +100,21 @@ fn bad_inputs_exit_2_with_a_message_naming_the_argument() {
         patch_metadata(&c, &[("gate", "lower_bound"), ("lower_bound", "0.5")]),
     )
     .expect("write");
-    let out = bin()
-        .args(["diff", "--backend", "cpu", "--case"])
-        .arg(&path)
-        .output()
-        .expect("run");
-    let (_, se) = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{se}");
+    let (code, _, se) = diff_cpu_case(&path);
+    assert_eq!(code, Some(2), "{se}");
     assert!(se.contains("lower_bound") || se.contains("gate"), "{se}");
 
     let path = tmp("meta.safetensors");
     std::fs::write(&path, patch_metadata(&base, &[("beta", "softmax")])).expect("write");
-    let out = bin()
-        .args(["diff", "--backend", "cpu", "--case"])
-        .arg(&path)
-        .output()
-        .expect("run");
-    let (_, se) = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{se}");
+    let (code, _, se) = diff_cpu_case(&path);
+    assert_eq!(code, Some(2), "{se}");
     assert!(se.contains("metadata `beta`"), "{se}");
 
     let bytes = case_bytes(&base).expect("serialise");
     let path = tmp("truncated.safetensors");
     std::fs::write(&path, &bytes[..bytes.len() / 3]).expect("write");
-    let out = bin()
-        .args(["diff", "--backend", "cpu", "--case"])
-        .arg(&path)
-        .output()
-        .expect("run");
-    let (_, se) = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{se}");
+    let (code, _, se) = diff_cpu_case(&path);
+    assert_eq!(code, Some(2), "{se}");
     assert!(se.contains("truncated.safetensors"), "{se}");
 
     let out = bin()

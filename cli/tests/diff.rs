@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{bin, golden, json_rows, observed_case, run_args, text, tmp, write};
+use common::{bin, diff_cpu_case, golden, json_rows, observed_case, run_args, text, tmp, write};
 use deltarule_core::{DType, HostTensor};
 use deltarule_tests::casefile::read_case;
 use std::path::{Path, PathBuf};
@@ -80,13 +80,8 @@ fn an_altered_expected_value_exits_1_and_names_the_worst_element() {
     v[idx] += 1.0;
     c.expected.o = Some(HostTensor::from_f64(DType::F32, o.shape.clone(), &v));
     let path = write(&c, "altered.safetensors");
-    let out = bin()
-        .args(["diff", "--backend", "cpu", "--case"])
-        .arg(&path)
-        .output()
-        .expect("run");
-    let (so, se) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{so}\n{se}");
+    let (code, so, se) = diff_cpu_case(&path);
+    assert_eq!(code, Some(1), "{so}\n{se}");
     let cu = c.inputs.cu_seqlens.to_i64_vec("cu").expect("cu");
     let seq = cu.iter().rposition(|&x| x <= t as i64).expect("seq");
     let tok = t as i64 - cu[seq];
@@ -177,13 +172,8 @@ fn a_case_without_expected_tensors_says_what_it_compares_against() {
     let mut c = read_case(&golden("gdn_single_k64")).expect("read");
     c.expected = Default::default();
     let path = write(&c, "no-expected.safetensors");
-    let out = bin()
-        .args(["diff", "--backend", "cpu", "--case"])
-        .arg(&path)
-        .output()
-        .expect("run");
-    let (so, se) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{so}\n{se}");
+    let (code, so, se) = diff_cpu_case(&path);
+    assert_eq!(code, Some(0), "{so}\n{se}");
     assert!(se.contains("float64 reference only"), "{se}");
 }
 
@@ -237,13 +227,8 @@ fn observed_outputs_are_one_more_row_against_the_same_references() {
         &observed_case(None, (10, 0, 0), 1e-3),
         "observed-small.safetensors",
     );
-    let out = bin()
-        .args(["diff", "--backend", "cpu", "--case"])
-        .arg(&path)
-        .output()
-        .expect("run");
-    let (so, se) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{so}\n{se}");
+    let (code, so, se) = diff_cpu_case(&path);
+    assert_eq!(code, Some(0), "{so}\n{se}");
     assert!(so.contains("observed:observed"), "{so}");
 }
 

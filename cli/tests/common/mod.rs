@@ -42,6 +42,17 @@ pub fn run_args(args: &[&str]) -> (Option<i32>, String, String) {
     (out.status.code(), so, se)
 }
 
+/// `deltarule diff --backend cpu --case PATH`: exit code, stdout, stderr.
+pub fn diff_cpu_case(path: &std::path::Path) -> (Option<i32>, String, String) {
+    let out = bin()
+        .args(["diff", "--backend", "cpu", "--case"])
+        .arg(path)
+        .output()
+        .expect("run");
+    let (so, se) = text(&out);
+    (out.status.code(), so, se)
+}
+
 /// A case whose observed outputs are the float64 reference with `o[token, head, channel]` moved
 /// by `delta`.
 #[allow(dead_code)] // not every test binary uses it
