@@ -21,7 +21,11 @@ states, the V-first state layout, pooled decode with indices and accepted-token 
 L2 against fla, and both against deltarule's float64 reference.
 
 Prints two markdown tables. Every section runs in its own try/except and reports its error in the
-table; --time-budget stops starting new sections once spent.
+table; --time-budget stops starting new sections once spent. Each function case prints a progress
+line on stderr, and --out is rewritten after every case, so a run cut short keeps what it measured.
+fla compiles and autotunes every Triton kernel for each new option set (a minute or more a case on
+a fresh machine); with --skip-models, --fla-autotune first keeps only the first valid config of
+each fla autotuner, which changes fla's speed, never its result.
 
     python bench/e2e_models.py                    # the GPU run (torch, triton, transformers, fla)
     python bench/e2e_models.py --quick            # fewer and shorter cases
@@ -477,12 +481,32 @@ def _fla_call(fn: str, q, k, v, g, beta, kw: Dict[str, Any]):
     return getattr(mod, fn)(q, k, v, g, beta, **kw)
 
 
-def function_rows(args, device, budget: Budget, fla_ok: bool, fla_why: str) -> List[List[str]]:
-    rows = []
+def fla_autotune_first() -> None:
+    """Make every Triton autotuner (fla's included) run only the first config its pruning keeps:
+    one compile per kernel variant instead of one per config. Results are unchanged (any config
+    computes the same function); fla's timings are not its tuned ones."""
+    from triton.runtime.autotuner import Autotuner
+
+    orig = Autotuner.prune_configs
+
+    def first(self, *a, **kw):
+        return orig(self, *a, **kw)[:1]
+
+    Autotuner.prune_configs = first
+
+
+def function_rows(args, device, budget: Budget, fla_ok: bool, fla_why: str,
+                  progress: Callable[[List[List[str]]], None] = lambda rows: None
+                  ) -> List[List[str]]:
+    rows: List[List[str]] = []
     gen = torch.Generator().manual_seed(7)
     T = 200 if args.quick else 300
-    for fn, o in function_cases(args.quick, args.functions):
+    cases = function_cases(args.quick, args.functions)
+    for i, (fn, o) in enumerate(cases):
         label = ", ".join(f"{k}={v}" for k, v in o.items() if v not in (False, None, "none"))
+        if rows:
+            progress(rows)
+        t_case = time.monotonic()
         try:
             budget.check("functions")
             q, k, v, g, beta, kw, lens = _inputs(fn, o, args.head_dim, device, gen, T)
@@ -538,6 +562,8 @@ def function_rows(args, device, budget: Budget, fla_ok: bool, fla_why: str) -> L
                          "pass" if ok else "FAIL"])
         except Exception as e:  # noqa: BLE001
             rows.append([fn, label or "defaults", short(e), "-", "-", "-", "error"])
+        print(f"[{i + 1}/{len(cases)}] {fn} {label or 'defaults'}: {rows[-1][-1]} "
+              f"({time.monotonic() - t_case:.1f} s)", file=sys.stderr, flush=True)
     return rows
 
 
@@ -568,8 +594,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "generates 4 tokens from the first prompt (torch.profiler)")
     ap.add_argument("--functions", nargs="+", default=list(FUNCTION_NAMES), choices=FUNCTION_NAMES,
                     help="the fla functions checked (default all four)")
+    ap.add_argument("--fla-autotune", choices=("full", "first"), default="full",
+                    help="'first': each Triton autotuner runs only its first valid config "
+                         "(function checks only: needs --skip-models)")
     ap.add_argument("--out", default=None, help="also write the tables to this file")
     args = ap.parse_args(argv)
+    if args.fla_autotune == "first":
+        if not args.skip_models:
+            ap.error("--fla-autotune first changes fla's timings: use it with --skip-models")
+        fla_autotune_first()
     device = torch.device(args.device)
     if args.prompts is None:
         args.prompts = [256, 1024] if args.quick else [1024, 8192]
@@ -603,16 +636,28 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(out[-1] + "\n", flush=True)
     if not args.skip_functions:
         t0 = time.monotonic()
+        n_cases = len(function_cases(args.quick, args.functions))
+        tuned = "" if args.fla_autotune == "full" else ", fla autotune: first config"
+
+        def section(rows: List[List[str]]) -> str:
+            n_fail = sum(1 for r in rows if r[-1] != "pass")
+            return (f"### deltarule.fla against fla and the float64 reference ({name}, "
+                    f"{time.monotonic() - t0:.0f} s{tuned}, {len(rows) - n_fail}/{len(rows)} pass"
+                    + (f", {n_cases - len(rows)} not run" if len(rows) < n_cases else "")
+                    + ")\n\n" + table(["function", "options", "o vs f64", "state vs f64",
+                                       "o vs fla (fla vs f64)", "state vs fla", "result"], rows))
+
+        def progress(rows: List[List[str]]) -> None:
+            if args.out:
+                with open(args.out, "w") as f:
+                    f.write("\n\n".join(out + [section(rows)]) + "\n")
+
         try:
-            rows = function_rows(args, device, budget, fla_ok, fla_why)
+            rows = function_rows(args, device, budget, fla_ok, fla_why, progress)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             rows = [["all", "-", short(e), "-", "-", "-", "error"]]
-        n_fail = sum(1 for r in rows if r[-1] != "pass")
-        out.append(f"### deltarule.fla against fla and the float64 reference ({name}, "
-                   f"{time.monotonic() - t0:.0f} s, {len(rows) - n_fail}/{len(rows)} pass)\n\n"
-                   + table(["function", "options", "o vs f64", "state vs f64",
-                            "o vs fla (fla vs f64)", "state vs fla", "result"], rows))
+        out.append(section(rows))
         print(out[-1] + "\n", flush=True)
     if args.out:
         with open(args.out, "w") as f:
