@@ -15,7 +15,7 @@ use args::{apply_gates, gate_marks, GateArgs, ProblemArgs};
 use clap::{Args, Parser, Subcommand};
 use deltarule_core::problem::{Mode, Op};
 use deltarule_core::select::{render_rules, DeviceState, Preference};
-use deltarule_core::{BackendKind, Error};
+use deltarule_core::{BackendKind, Capabilities, Error};
 use deltarule_core::{Outputs, Problem};
 use deltarule_engine::{Engine, EngineOptions};
 use deltarule_tests::casefile::{read_case_with_limit, write_case, Case, Expected};
@@ -84,6 +84,10 @@ enum Cmd {
         /// Print every row considered and why it was rejected.
         #[arg(long)]
         explain: bool,
+        /// Plan for an assumed CUDA device (sm_90) with this many multiprocessors instead of
+        /// the one present, if any (132: an H100 SXM or H200): what `auto` would pick there.
+        #[arg(long, value_name = "SMS", value_parser = clap::value_parser!(u32).range(1..=4096))]
+        cuda_sms: Option<u32>,
     },
     /// Time a backend on named or generated shapes.
     Bench(bench::BenchArgs),
@@ -317,6 +321,7 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
             gdn_prefill_backend,
             kda_prefill_backend,
             explain,
+            cuda_sms,
         } => {
             let (p, seqlens) = problem.problem(&cap, false)?;
             let name = alias_backend(
@@ -329,10 +334,19 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
             .unwrap_or_else(|| "auto".into());
             let pref = Preference::parse(&name)?;
             let engine = engine_for(std::slice::from_ref(&name));
-            let sel = engine.select(&p, pref, seqlens.iter().copied().max());
+            let mut devices = engine.devices().to_vec();
+            if let Some(sms) = cuda_sms {
+                devices.retain(|d| d.backend() != BackendKind::Cuda);
+                devices.push(DeviceState::Available(Capabilities::assumed_cuda(sms)));
+            }
+            let sel =
+                deltarule_core::select::select(&p, &devices, pref, seqlens.iter().copied().max());
             println!("problem: {p}");
             println!("choice:  {pref}");
-            for d in engine.devices() {
+            if let Some(sms) = cuda_sms {
+                println!("device:  cuda assumed: sm_90 with {sms} multiprocessors (planning only)");
+            }
+            for d in &devices {
                 if let DeviceState::Unavailable { backend, reason } = d {
                     println!("device:  {backend} unavailable ({reason})");
                 }

@@ -268,6 +268,39 @@ fn select_explains_and_refuses_what_does_not_fit() {
     assert!(text(&out).0.contains("cpu"));
 }
 
+/// `--cuda-sms` plans for an assumed Hopper wherever the command runs: a mixed batch past the
+/// workspace bound keeps the split form, and the fused row says why it was passed over.
+#[test]
+fn select_plans_for_an_assumed_cuda_device() {
+    let plan = |lens: &str| {
+        let out = bin()
+            .args(["select", "--op", "gdn", "--seqlens", lens, "--heads", "16"])
+            .args(["--v-heads", "32", "--cuda-sms", "132", "--explain"])
+            .output()
+            .expect("run");
+        let (so, se) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{so}\n{se}");
+        assert!(
+            so.contains("cuda assumed: sm_90 with 132 multiprocessors"),
+            "{so}"
+        );
+        so
+    };
+    let so = plan("32768,500,500,500,500");
+    assert!(so.contains("chosen:  cuda.gdn.prefill.small-bh"), "{so}");
+    assert!(
+        so.contains("512 chunks > 1.5 x the fused form's 67 waves"),
+        "{so}"
+    );
+    let so = plan("8192,8192,8192,8192,8192,8192,8192,8192");
+    assert!(so.contains("chosen:  cuda.gdn.prefill.chunked"), "{so}");
+    let out = bin()
+        .args(["select", "--op", "gdn", "--tokens", "64", "--cuda-sms", "0"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out).1);
+}
+
 #[test]
 fn problems_over_the_memory_cap_exit_2_saying_how_to_raise_it() {
     for args in [

@@ -59,6 +59,27 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// An assumed CUDA device for planning where none is present (`deltarule select
+    /// --cuda-sms`): a Hopper (sm_90, 227 KiB of shared memory a block) with `sms`
+    /// multiprocessors, as the CUDA backend reports a present one. Nothing can run on it.
+    pub fn assumed_cuda(sms: u32) -> Self {
+        Capabilities {
+            backend: BackendKind::Cuda,
+            device: format!("assumed sm_90 with {sms} multiprocessors (planning only)"),
+            compute_capability: Some((9, 0)),
+            multiprocessors: Some(sms),
+            max_workgroup_storage: 227 * 1024,
+            max_storage_buffers_per_stage: u32::MAX,
+            max_invocations_per_workgroup: 1024,
+            subgroups: true,
+            subgroup_size: (32, 32),
+            shader_f16: true,
+            timestamps: true,
+            cooperative_matrix: true,
+            notes: Vec::new(),
+        }
+    }
+
     /// Capabilities of the host CPU backend.
     pub fn cpu(threads: usize) -> Self {
         Capabilities {

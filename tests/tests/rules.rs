@@ -447,6 +447,53 @@ fn auto_splits_prefill_while_the_workspace_is_bounded_then_fuses() {
     assert_eq!(pick(Op::Kda, 512, 1024, 32).0, "cuda.kda.prefill.chunked");
 }
 
+/// A mixed batch (one long sequence among short ones) past the workspace bound: the fused form
+/// would walk the long sequence in one CTA a value head while the device idles, so auto keeps
+/// the split form when the longest sequence's chunks are more than 1.5 x the fused form's waves,
+/// up to the long-chain bound; equal sequences keep the fused form. H100, fused against split:
+/// gdn 16/32 1x32768+4x500 8.206 against 1.290 ms.
+#[test]
+fn auto_splits_a_mixed_batch_whose_long_sequence_is_the_fused_chain() {
+    let devices = vec![cpu(), DeviceState::Available(cuda_caps(9, 0, 132))];
+    let pick = |op: Op, lens: &[usize], known: bool| {
+        let tokens = lens.iter().sum();
+        let mut p = Problem::new(op, Mode::Prefill, lens.len(), tokens, 16, 32, 128, 128);
+        p.initial = InitialState::Dense;
+        let max_seq = lens.iter().copied().max().filter(|_| known);
+        let sel = select(&p, &devices, Preference::Auto, max_seq);
+        let id = sel.chosen.map(|r| r.id).unwrap_or("none");
+        (id, sel.explain().join("\n"))
+    };
+    let mixed = [32768, 500, 500, 500, 500];
+    for op in Op::ALL {
+        let split = format!("cuda.{}.prefill.small-bh", op.name());
+        let fused = format!("cuda.{}.prefill.chunked", op.name());
+        // 17,536 blocks > 16 Ki, 512 chunks against 67 fused waves (gdn, two CTAs an SM)
+        let (id, why) = pick(op, &mixed, true);
+        assert_eq!(id, split, "{why}");
+        assert!(why.contains("512 chunks"), "{why}");
+        // 16384 + 32 x 500: 256 chunks against 66 waves of the fused T-form (two CTAs an SM),
+        // 131 of kda's classic kernel (one an SM); H100, kda: fused 5.147 ms, split 2.491
+        let mut many = vec![16384];
+        many.extend([500; 32]);
+        assert_eq!(pick(op, &many, true).0, split);
+        // the longest sequence unknown: the workspace bound alone decides
+        let (id, why) = pick(op, &mixed, false);
+        assert_eq!(id, fused);
+        assert!(why.contains("longest sequence not known"), "{why}");
+        // equal sequences: the chain is the waves, fused as before
+        let (id, why) = pick(op, &[8192; 8], true);
+        assert_eq!(id, fused);
+        assert!(why.contains("fused waves"), "{why}");
+        // beyond the long-chain bound (65,536 blocks): fused
+        let mut huge = vec![1 << 20];
+        huge.extend([500; 400]);
+        let (id, why) = pick(op, &huge, true);
+        assert_eq!(id, fused);
+        assert!(why.contains("long-chain bound"), "{why}");
+    }
+}
+
 /// Measured on an H200: gdn 16/32 256x64 on the fused T-form 0.890 ms against 1.159 on small-bh,
 /// 128x128 0.898 against 0.816: auto fuses gdn where every sequence fits one chunk (and the final
 /// state is dense f32, K, V >= 64: the fused T-form's domain), knowing the longest sequence.

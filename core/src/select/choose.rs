@@ -215,8 +215,29 @@ enum SplitSide {
     FewPairs { pairs: u64, limit: u64 },
     /// Many pairs, a workspace within the bound: the split form.
     BoundedWorkspace { blocks: u64 },
+    /// Many pairs, a workspace beyond the bound, but the longest sequence's `chunks` are more
+    /// than 1.5 x the fused form's `waves` (and `blocks` are within the chain bound): the split
+    /// form.
+    LongChain {
+        chunks: u64,
+        waves: u64,
+        blocks: u64,
+    },
     /// Many pairs, a workspace beyond the bound: the fused form.
-    LargeWorkspace { pairs: u64, limit: u64, blocks: u64 },
+    LargeWorkspace {
+        pairs: u64,
+        limit: u64,
+        blocks: u64,
+        chain: Option<(u64, u64)>,
+    },
+}
+
+/// The fused form's waves on `sms` multiprocessors: one CTA per (sequence, value head) walking
+/// its chunks; counted in chunk steps, (tokens / 64 + sequences) x value heads over the CTAs the
+/// device holds at once (two an SM for the fused T-form, one for the classic kernel).
+fn fused_waves(p: &Problem, blocks: u64, sms: u64) -> u64 {
+    let per_sm = if fused_tform_applies(p) { 2 } else { 1 };
+    blocks.div_ceil((per_sm * sms).max(1))
 }
 
 fn split_side(b: SplitBound, p: &Problem, sms: u64, max_seq: Option<usize>) -> SplitSide {
@@ -232,10 +253,26 @@ fn split_side(b: SplitBound, p: &Problem, sms: u64, max_seq: Option<usize>) -> S
     } else if blocks <= b.max_blocks {
         SplitSide::BoundedWorkspace { blocks }
     } else {
-        SplitSide::LargeWorkspace {
-            pairs,
-            limit,
-            blocks,
+        let chain = max_seq.filter(|_| b.chain_blocks > 0).map(|m| {
+            (
+                (m as u64).div_ceil(p.chunk.max(1) as u64),
+                fused_waves(p, blocks, sms),
+            )
+        });
+        match chain {
+            Some((chunks, waves)) if 2 * chunks > 3 * waves && blocks <= b.chain_blocks => {
+                SplitSide::LongChain {
+                    chunks,
+                    waves,
+                    blocks,
+                }
+            }
+            _ => SplitSide::LargeWorkspace {
+                pairs,
+                limit,
+                blocks,
+                chain,
+            },
         }
     }
 }
@@ -254,7 +291,9 @@ fn auto_rejection(
             "explicit choice only (a cross-check path, never picked by auto)".into(),
         )),
         AutoWhen::SplitWins(b) => match split_side(b, p, sms, max_seq) {
-            SplitSide::FewPairs { .. } | SplitSide::BoundedWorkspace { .. } => None,
+            SplitSide::FewPairs { .. }
+            | SplitSide::BoundedWorkspace { .. }
+            | SplitSide::LongChain { .. } => None,
             SplitSide::ShortSequences { pairs, limit } => Some(Reject::Heuristic(format!(
                 "{pairs} (sequence x value head) pairs > {limit} and every sequence at most {} \
                  tokens with a dense f32 final state: the fused T-form reads the inputs and the \
@@ -265,15 +304,29 @@ fn auto_rejection(
                 pairs,
                 limit,
                 blocks,
+                chain,
             } => Some(Reject::Heuristic(format!(
                 "{pairs} (sequence x value head) pairs > {limit} ({}/{} of {sms} \
-                 multiprocessors) and up to {blocks} workspace blocks > {}: the fused kernel \
+                 multiprocessors) and up to {blocks} workspace blocks > {}{}: the fused kernel \
                  needs no workspace",
-                b.num, b.den, b.max_blocks
+                b.num,
+                b.den,
+                b.max_blocks,
+                chain_text(b, blocks, chain)
             ))),
         },
         AutoWhen::FusedWins(b) => match split_side(b, p, sms, max_seq) {
             SplitSide::ShortSequences { .. } | SplitSide::LargeWorkspace { .. } => None,
+            SplitSide::LongChain {
+                chunks,
+                waves,
+                blocks,
+            } => Some(Reject::Heuristic(format!(
+                "the longest sequence's {chunks} chunks > 1.5 x the fused form's {waves} waves on \
+                 {sms} multiprocessors, with {blocks} workspace blocks <= {}: one CTA would walk \
+                 that sequence alone; the split form's state pass walks it faster",
+                b.chain_blocks
+            ))),
             SplitSide::FewPairs { pairs, limit } => Some(Reject::Heuristic(format!(
                 "{pairs} (sequence x value head) pairs <= {limit} ({}/{} of {sms} \
                  multiprocessors): too few to fill the device",
@@ -284,6 +337,21 @@ fn auto_rejection(
                 b.max_blocks
             ))),
         },
+    }
+}
+
+/// Why a large workspace did not take the long-chain exception, for the rejection text.
+fn chain_text(b: SplitBound, blocks: u64, chain: Option<(u64, u64)>) -> String {
+    match chain {
+        _ if b.chain_blocks == 0 => String::new(),
+        None => " (longest sequence not known)".into(),
+        Some((chunks, waves)) if 2 * chunks <= 3 * waves => {
+            format!(" (longest sequence {chunks} chunks <= 1.5 x the {waves} fused waves)")
+        }
+        Some(_) => format!(
+            " (beyond the long-chain bound of {})",
+            b.chain_blocks.min(blocks)
+        ),
     }
 }
 

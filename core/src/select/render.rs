@@ -184,9 +184,15 @@ fn auto_summary(a: AutoWhen) -> String {
                 num,
                 den,
                 max_blocks,
+                chain_blocks,
                 ..
             } = b;
-            format!("pairs <= {num}/{den} SMs or blocks <= {max_blocks}{unless}")
+            let chain = if chain_blocks > 0 {
+                format!(" (<= {chain_blocks} if longest chunks > 1.5 x fused waves)")
+            } else {
+                String::new()
+            };
+            format!("pairs <= {num}/{den} SMs or blocks <= {max_blocks}{chain}{unless}")
         }
         AutoWhen::FusedWins(b) => {
             let SplitBound {
@@ -194,7 +200,13 @@ fn auto_summary(a: AutoWhen) -> String {
                 den,
                 max_blocks,
                 short,
+                chain_blocks,
             } = b;
+            let chain = if chain_blocks > 0 {
+                format!(" (and > {chain_blocks} or longest chunks <= 1.5 x fused waves)")
+            } else {
+                String::new()
+            };
             let or = if short > 0 {
                 format!(
                     ", or pairs > {num}/{den} SMs and every sequence <= {short} (dense f32 final)"
@@ -202,7 +214,7 @@ fn auto_summary(a: AutoWhen) -> String {
             } else {
                 String::new()
             };
-            format!("pairs > {num}/{den} SMs and blocks > {max_blocks}{or}")
+            format!("pairs > {num}/{den} SMs and blocks > {max_blocks}{chain}{or}")
         }
     }
 }
@@ -214,10 +226,18 @@ fn auto_text(a: AutoWhen) -> String {
         AutoWhen::Never => "never (by name only)".into(),
         AutoWhen::SplitWins(b) => format!(
             "sequences x value heads <= {}/{} x SMs, or (tokens / 64 + sequences) x value heads \
-             <= {}{}",
+             <= {}{}{}",
             b.num,
             b.den,
             b.max_blocks,
+            if b.chain_blocks > 0 {
+                format!(
+                    " ({} when the longest sequence's chunks are more than 1.5 x the fused form's waves)",
+                    b.chain_blocks
+                )
+            } else {
+                String::new()
+            },
             if b.short > 0 {
                 format!(
                     ", unless every sequence is at most {} tokens (K, V >= 64, dense f32 final \
@@ -230,10 +250,18 @@ fn auto_text(a: AutoWhen) -> String {
         ),
         AutoWhen::FusedWins(b) => format!(
             "sequences x value heads > {}/{} x SMs and (tokens / 64 + sequences) x value heads \
-             > {}{}",
+             > {}{}{}",
             b.num,
             b.den,
             b.max_blocks,
+            if b.chain_blocks > 0 {
+                format!(
+                    " (> {} when the longest sequence's chunks are more than 1.5 x the fused form's waves)",
+                    b.chain_blocks
+                )
+            } else {
+                String::new()
+            },
             if b.short > 0 {
                 format!(
                     "; or more pairs than that and every sequence at most {} tokens (K, V >= 64, \

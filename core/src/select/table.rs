@@ -292,6 +292,7 @@ const CUDA_GDN_SPLIT: SplitBound = SplitBound {
     den: 1,
     max_blocks: 16384,
     short: 64,
+    chain_blocks: 65536,
 };
 
 /// kda's bound: gdn's, with no fused T-form.

@@ -162,12 +162,25 @@ pub enum AutoWhen {
 /// an H200 in the same calls: gdn 16/32 256x64 0.890 ms against 1.159 for the split form, 8x64
 /// 0.042 / 0.057, 32x64 0.130 / 0.171, 1024x32 3.22 / 4.54, 512x64 1.74 / 2.35, gdn 4/8 256x64
 /// 0.241 / 0.308; but 128x128 0.898 / 0.816: one chunk a sequence only.
+///
+/// `chain_blocks`: where not 0, the split form also wins beyond `max_blocks`, up to
+/// `chain_blocks` blocks, when the longest sequence (known) is the fused form's critical path: its
+/// chunks are more than 1.5 x the fused form's waves, ceil(blocks / (CTAs an SM x SMs)) chunk
+/// steps, so one CTA a value head walks that sequence while the rest of the device has finished
+/// (a mixed batch: one long sequence among short ones). A lone fused CTA takes ~16 us a chunk
+/// (gdn's fused T-form) to ~20 us (kda's classic kernel), the split form's state pass ~2.5 us.
+/// Measured on an H100 in one run, fused against split: gdn 16/32 1x32768+4x500 (512 chunks
+/// against 67 waves) 8.206 against 1.290 ms; kda 32/32 1x16384+32x500 (256 chunks against 131
+/// waves) 5.147 against 2.491 ms. Equal sequences have no more chunks than waves and keep the
+/// fused form. At 65,536 blocks the split workspace is ~2.4 GB (gdn's T-form, ~37 KB a block)
+/// to ~6 GB (the W/U form, ~92 KB).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SplitBound {
     pub num: u32,
     pub den: u32,
     pub max_blocks: u64,
     pub short: usize,
+    pub chain_blocks: u64,
 }
 
 /// One row: a promise of one kernel of one backend.
