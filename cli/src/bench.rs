@@ -259,7 +259,12 @@ pub fn run(args: BenchArgs, cap: &ByteCap) -> Result<Outcome> {
     let mut stage_lines: Vec<String> = Vec::new();
     for (name, (p, seqlens), named) in &problems {
         eprintln!("{name}: generating inputs ({})", p);
+        let t_gen = std::time::Instant::now();
         let mut case = generate(p, seqlens, 1, DataStyle::default())?;
+        eprintln!(
+            "{name}: inputs ready in {:.1} s",
+            t_gen.elapsed().as_secs_f64()
+        );
         let states = if *named {
             every_sequence_active(&case.problem, &mut case.inputs)?
         } else {
@@ -318,6 +323,13 @@ pub fn run(args: BenchArgs, cap: &ByteCap) -> Result<Outcome> {
             }
             if args.json {
                 println!("{row}");
+            } else {
+                // each result as it comes, so a run cut short keeps what it measured
+                eprintln!(
+                    "{name} on {b}: {gpu:.4} ms GPU (median of {}), {host:.1} us host ({})",
+                    rep.device_ms.len(),
+                    rule.id
+                );
             }
             table.push(vec![
                 name.clone(),
