@@ -6,6 +6,7 @@ use crate::rng::Rng;
 use deltarule_core::problem::{BetaMode, Gate, InitialState, Op};
 use deltarule_core::{Backend, DType, HostTensor, Inputs, Kernel, Problem, Result};
 use deltarule_cpu::CpuBackend;
+use rayon::prelude::*;
 
 /// How the gates are drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,26 +143,19 @@ pub fn generate(
     let (t, h, hv, kd, vd) = (p.tokens, p.h, p.hv, p.k, p.v);
 
     // q, k: normal; k L2-normalised unless the kernel normalises (then raw, scaled).
-    let mut q = vec![0.0; t * h * kd];
-    let mut k = vec![0.0; t * h * kd];
-    for x in q.iter_mut() {
-        *x = if style.ones { 1.0 } else { rng.normal() };
-    }
-    for x in k.iter_mut() {
-        *x = if style.ones { 1.0 } else { rng.normal() };
-    }
+    let mut normal = |n: usize, f: fn(f64) -> f64| normals(&mut rng, n, style.ones, f);
+    let q = normal(t * h * kd, |z| z);
+    let mut k = normal(t * h * kd, |z| z);
     if !p.l2norm {
-        for row in k.chunks_mut(kd) {
+        k.par_chunks_mut(kd).for_each(|row| {
             let n = row.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
             row.iter_mut().for_each(|x| *x /= n);
-        }
+        });
     } else {
         // raw projections have some scale; the kernel normalises them
-        k.iter_mut().for_each(|x| *x *= 0.7);
+        k.par_iter_mut().for_each(|x| *x *= 0.7);
     }
-    let v: Vec<f64> = (0..t * hv * vd)
-        .map(|_| if style.ones { 1.0 } else { rng.normal() })
-        .collect();
+    let v = normal(t * hv * vd, |z| z);
 
     let gk = match p.op {
         Op::Gdn => 1,
@@ -170,14 +164,14 @@ pub fn generate(
     let mut a_log = None;
     let mut dt_bias = None;
     let mut g: Vec<f64> = match p.gate {
-        Gate::Log => (0..t * hv * gk)
-            .map(|_| match style.gate {
-                GateStyle::Realistic | GateStyle::Extreme => logsigmoid(3.0 + 1.5 * rng.normal()),
-                GateStyle::NoDecay => 0.0,
-                GateStyle::VeryNegative => rng.range(-20.0, -5.0),
-                GateStyle::Adversarial => -8.0 * rng.uniform(),
-            })
-            .collect(),
+        Gate::Log => match style.gate {
+            GateStyle::Realistic | GateStyle::Extreme => {
+                normals(&mut rng, t * hv * gk, false, |z| logsigmoid(3.0 + 1.5 * z))
+            }
+            GateStyle::NoDecay => vec![0.0; t * hv * gk],
+            GateStyle::VeryNegative => (0..t * hv * gk).map(|_| rng.range(-20.0, -5.0)).collect(),
+            GateStyle::Adversarial => (0..t * hv * gk).map(|_| -8.0 * rng.uniform()).collect(),
+        },
         Gate::Softplus => {
             // Mamba2-style initialisation: A in [1, 16], softplus(dt_bias) in [0.001, 0.1].
             a_log = Some(
@@ -193,42 +187,42 @@ pub fn generate(
                     })
                     .collect::<Vec<f64>>(),
             );
-            (0..t * hv * gk)
-                .map(|_| match style.gate {
-                    GateStyle::Adversarial => [-8.0, 0.0, 8.0][rng.below(3)],
-                    GateStyle::VeryNegative => rng.range(5.0, 10.0),
-                    _ => 0.5 * rng.normal(),
-                })
-                .collect()
+            match style.gate {
+                GateStyle::Adversarial => (0..t * hv * gk)
+                    .map(|_| [-8.0, 0.0, 8.0][rng.below(3)])
+                    .collect(),
+                GateStyle::VeryNegative => (0..t * hv * gk).map(|_| rng.range(5.0, 10.0)).collect(),
+                _ => normals(&mut rng, t * hv * gk, false, |z| 0.5 * z),
+            }
         }
         Gate::LowerBound(_) => {
             if p.a_log {
                 a_log = Some((0..hv).map(|_| 0.3 * rng.normal()).collect::<Vec<f64>>());
             }
             dt_bias = Some((0..hv * gk).map(|_| rng.normal()).collect::<Vec<f64>>());
-            (0..t * hv * gk)
-                .map(|_| match style.gate {
-                    GateStyle::Adversarial => [-8.0, 0.0, 8.0][rng.below(3)],
-                    GateStyle::VeryNegative => rng.range(5.0, 10.0),
-                    _ => rng.normal(),
-                })
-                .collect()
+            match style.gate {
+                GateStyle::Adversarial => (0..t * hv * gk)
+                    .map(|_| [-8.0, 0.0, 8.0][rng.below(3)])
+                    .collect(),
+                GateStyle::VeryNegative => (0..t * hv * gk).map(|_| rng.range(5.0, 10.0)).collect(),
+                _ => normals(&mut rng, t * hv * gk, false, |z| z),
+            }
         }
     };
     if style.gate == GateStyle::Extreme {
         put_extreme_gates(&mut g, &p, seqlens, gk);
     }
-    let beta: Vec<f64> = (0..t * hv)
-        .map(|_| {
-            let z = rng.normal();
-            match (p.beta, style.beta_zero) {
-                (BetaMode::Prob, false) => 1.0 / (1.0 + (-z).exp()),
-                (BetaMode::Prob, true) => 0.0,
-                (_, false) => z,
-                (_, true) => -30.0,
-            }
-        })
-        .collect();
+    let beta = normals(
+        &mut rng,
+        t * hv,
+        false,
+        match (p.beta, style.beta_zero) {
+            (BetaMode::Prob, false) => |z: f64| 1.0 / (1.0 + (-z).exp()),
+            (BetaMode::Prob, true) => |_| 0.0,
+            (_, false) => |z| z,
+            (_, true) => |_| -30.0,
+        },
+    );
 
     let mut cu = vec![0i64];
     for &l in seqlens {
@@ -240,20 +234,14 @@ pub fn generate(
     let (initial_state, state_indices) = match p.initial {
         InitialState::None => (None, None),
         InitialState::Dense => {
-            let s: Vec<f64> = (0..p.seqs * state_len)
-                .map(|_| 0.5 * rng.normal())
-                .collect();
+            let s = normals(&mut rng, p.seqs * state_len, false, |z| 0.5 * z);
             (
-                Some(HostTensor::from_f64(
-                    p.state_in_dtype,
-                    p.state_shape(p.seqs),
-                    &s,
-                )),
+                Some(tensor(p.state_in_dtype, p.state_shape(p.seqs), &s)),
                 None,
             )
         }
         InitialState::Pool { rows } => {
-            let s: Vec<f64> = (0..rows * state_len).map(|_| 0.5 * rng.normal()).collect();
+            let s = normals(&mut rng, rows * state_len, false, |z| 0.5 * z);
             // a random injective map of sequences to rows, with some sequences at -1
             let mut free: Vec<usize> = (0..rows).collect();
             let mut idx = Vec::with_capacity(p.seqs);
@@ -267,22 +255,18 @@ pub fn generate(
                 }
             }
             (
-                Some(HostTensor::from_f64(
-                    p.state_in_dtype,
-                    p.state_shape(rows),
-                    &s,
-                )),
+                Some(tensor(p.state_in_dtype, p.state_shape(rows), &s)),
                 Some(HostTensor::from_i64(p.index_dtype, vec![p.seqs], &idx)),
             )
         }
     };
 
     let inputs = Inputs {
-        q: HostTensor::from_f64(p.qkv_dtype, vec![t, h, kd], &q),
-        k: HostTensor::from_f64(p.qkv_dtype, vec![t, h, kd], &k),
-        v: HostTensor::from_f64(p.qkv_dtype, vec![t, hv, vd], &v),
-        g: HostTensor::from_f64(p.g_dtype, p.g_shape(), &g),
-        beta: HostTensor::from_f64(p.beta_dtype, vec![t, hv], &beta),
+        q: tensor(p.qkv_dtype, vec![t, h, kd], &q),
+        k: tensor(p.qkv_dtype, vec![t, h, kd], &k),
+        v: tensor(p.qkv_dtype, vec![t, hv, vd], &v),
+        g: tensor(p.g_dtype, p.g_shape(), &g),
+        beta: tensor(p.beta_dtype, vec![t, hv], &beta),
         cu_seqlens: HostTensor::from_i64(p.offsets_dtype, vec![p.seqs + 1], &cu),
         a_log: a_log.map(|a| HostTensor::from_f64(DType::F32, vec![hv], &a)),
         dt_bias: dt_bias.map(|d| HostTensor::from_f64(DType::F32, vec![hv * gk], &d)),
@@ -301,6 +285,30 @@ pub fn generate(
         expected: Expected::default(),
         metadata,
     })
+}
+
+/// `n` draws of the generator's normal, each mapped by `f` (or `n` ones when `ones`), in parallel
+/// for long tensors and equal to `n` calls of `f(rng.normal())` in order.
+fn normals(rng: &mut Rng, n: usize, ones: bool, f: fn(f64) -> f64) -> Vec<f64> {
+    if ones {
+        return vec![1.0; n];
+    }
+    let mut out = vec![0.0; n];
+    rng.fill_normal(&mut out);
+    out.par_iter_mut().for_each(|x| *x = f(*x));
+    out
+}
+
+/// `HostTensor::from_f64`, converting in parallel (the same rounding per element).
+fn tensor(dtype: DType, shape: Vec<usize>, values: &[f64]) -> HostTensor {
+    use deltarule_core::tensor::{bf16_from_f64, f16_from_f64, TensorData};
+    let data = match dtype {
+        DType::F32 => TensorData::F32(values.par_iter().map(|&x| x as f32).collect()),
+        DType::F16 => TensorData::F16(values.par_iter().map(|&x| f16_from_f64(x)).collect()),
+        DType::BF16 => TensorData::BF16(values.par_iter().map(|&x| bf16_from_f64(x)).collect()),
+        _ => return HostTensor::from_f64(dtype, shape, values),
+    };
+    HostTensor { shape, data }
 }
 
 /// Fills the case's expected outputs with the float64 reference.
