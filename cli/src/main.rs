@@ -362,6 +362,26 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
                         "chosen:  {} ({}:{}, {} precision, priority {}): {}",
                         r.id, r.backend, r.kernel, r.precision, r.priority, r.note
                     );
+                    // (the plan models sm_90a builds: other architectures lack the wgmma passes)
+                    let sms = devices.iter().find_map(|d| match d {
+                        DeviceState::Available(c)
+                            if c.backend == BackendKind::Cuda
+                                && c.compute_capability == Some((9, 0)) =>
+                        {
+                            c.multiprocessors
+                        }
+                        _ => None,
+                    });
+                    if let (true, BackendKind::Cuda, Some(sms)) = (explain, r.backend, sms) {
+                        if let Some(lines) = Engine::cuda_plan(r.kernel, &p, sms as usize) {
+                            println!(
+                                "plan:    on sm_90a with {sms} multiprocessors, default options:"
+                            );
+                            for l in lines? {
+                                println!("           {l}");
+                            }
+                        }
+                    }
                     Ok(Outcome::Pass)
                 }
                 Err(e) => Err(e),

@@ -292,8 +292,24 @@ fn select_plans_for_an_assumed_cuda_device() {
         so.contains("512 chunks > 1.5 x the fused form's 67 waves"),
         "{so}"
     );
+    // the launch plan below the table: the T-form pair, 2 x 32 x 5 state CTAs of 64 columns
+    assert!(
+        so.contains("plan:    on sm_90a with 132 multiprocessors"),
+        "{so}"
+    );
+    assert!(so.contains("gdn_prefill_intra_tform  grid"), "{so}");
+    let pass = "gdn_prefill_state_tform_wgmma  grid (2, 32, 5): T-form wgmma state pass, \
+                64-column V tiles";
+    assert!(so.contains(pass), "{so}");
+    let so = plan("8192");
+    let overlap = "overlap: 64 state CTAs start on SMs freed after";
+    assert!(so.contains(overlap), "{so}");
     let so = plan("8192,8192,8192,8192,8192,8192,8192,8192");
     assert!(so.contains("chosen:  cuda.gdn.prefill.chunked"), "{so}");
+    assert!(
+        so.contains("gdn_prefill_fused_tform  grid (32, 8, 1)"),
+        "{so}"
+    );
     let out = bin()
         .args(["select", "--op", "gdn", "--tokens", "64", "--cuda-sms", "0"])
         .output()

@@ -12,6 +12,7 @@ pub use small_bh::{
     StatePass, WgmmaPasses,
 };
 
+use crate::launch::table_rows;
 use crate::options::Options;
 use deltarule_core::variants::fused_tform_applies;
 use deltarule_core::{BackendKind, Error, Kernel, Op, Problem, Result};
@@ -257,6 +258,110 @@ fn grid_limit(kernel: Kernel, p: &Problem) -> Option<String> {
     }
 }
 
+/// Which entry points an sm_90a build of `p`'s module has (kernels/prefill_sizes.cuh): the
+/// 64-column state pass where V >= 64, the wgmma pass where K is 64 or 128 and V >= 64, the
+/// T-form pass with it for gdn, the fused T-form for gdn with K, V >= 64. Sizes and threads are
+/// placeholders (1 where the entry point exists): only choices and grids planned with it mean
+/// anything, which is what [`describe`] shows without a device.
+pub fn sm90a_entries(p: &Problem) -> PrefillSizes {
+    let gdn = p.op == Op::Gdn;
+    let wg = matches!(p.k, 64 | 128) && p.v >= 64;
+    let one = |b: bool| u32::from(b);
+    PrefillSizes {
+        fused_smem: 1,
+        state32_smem: 1,
+        block_bytes: 1,
+        intra_smem: 1,
+        state32_threads: 1,
+        state16_smem: 1,
+        state16_threads: 1,
+        state64_smem: one(p.v >= 64),
+        state64_threads: one(p.v >= 64),
+        wgmma_smem: one(wg),
+        wgmma_threads: one(wg),
+        tform_smem: one(wg && gdn),
+        tform_threads: one(wg && gdn),
+        fused_tform_smem: one(gdn && p.k >= 64 && p.v >= 64),
+    }
+}
+
+/// The launches `kernel` makes for `p` on an sm_90a device with `sms` multiprocessors under the
+/// default options (no `DELTARULE_CUDA_*` variable), one line each: entry point, grid and the
+/// launch rule's choice (state pass and V tile, fused form, overlap). For `deltarule select
+/// --explain`; needs no device.
+pub fn describe(kernel: Kernel, p: &Problem, sms: usize) -> Result<Vec<String>> {
+    let options = Options::from_vars(|_| None)?;
+    let sizes = sm90a_entries(p);
+    let plan = plan(kernel, p, &sizes, &options, sms, 0)?;
+    let grid = |l: &Launch| format!("grid {:?}", l.grid);
+    let mut out = Vec::new();
+    match kernel {
+        Kernel::Chunked => {
+            let form = if plan.main.entry.ends_with("_fused_tform") {
+                "the fused T-form, two CTAs an SM"
+            } else {
+                "the classic fused kernel, one CTA an SM"
+            };
+            out.push(format!(
+                "{}  {}: one CTA per (value head, sequence), {form}",
+                plan.main.entry,
+                grid(&plan.main)
+            ));
+        }
+        Kernel::SmallBh => {
+            let pass = state_pass(
+                p,
+                sms,
+                options.state_pass,
+                WgmmaPasses::of(&sizes, p, 0),
+                options.overlap != OverlapSetting::Off,
+            );
+            out.push(format!(
+                "{}  {}: the chunk-parallel intra stage",
+                plan.main.entry,
+                grid(&plan.main)
+            ));
+            if let Some(s) = &plan.state {
+                let what = match pass {
+                    StatePass::MmaSync(bv) => format!("mma.sync state pass, {bv}-column V tiles"),
+                    StatePass::Wgmma => "wgmma state pass, 64-column V tiles".into(),
+                    StatePass::TformWgmma => "T-form wgmma state pass, 64-column V tiles".into(),
+                };
+                out.push(format!(
+                    "{}  {}: {what}{}",
+                    s.entry,
+                    grid(s),
+                    if s.dependent {
+                        ", launched dependent"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            if let Some(o) = plan.overlap {
+                let items = table_rows(p) * p.hv;
+                out.push(format!(
+                    "overlap: {} state CTAs start on SMs freed after {} of {items} intra items \
+                     ({:.0} %), the intra kernel persistent on {} CTAs",
+                    o.free,
+                    o.tau,
+                    100.0 * f64::from(o.tau) / items.max(1) as f64,
+                    o.grid
+                ));
+            }
+        }
+        Kernel::Recurrent => {
+            out.push(format!(
+                "{}  {}: the token recurrence",
+                plan.main.entry,
+                grid(&plan.main)
+            ));
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{
@@ -268,6 +373,42 @@ mod tests {
 
     fn prefill(seqs: usize, tokens: usize, h: usize, hv: usize) -> Problem {
         Problem::new(Op::Gdn, Mode::Prefill, seqs, tokens, h, hv, 128, 128)
+    }
+
+    /// `describe` plans with the entry points an sm_90a build has for the head dims: the wgmma
+    /// passes only for K in {64, 128} and V >= 64, the T-form ones only for gdn.
+    #[test]
+    fn describe_names_the_launches_and_the_state_pass() {
+        let text = |k: Kernel, p: &Problem| super::describe(k, p, 132).expect("plan").join("\n");
+        let gdn = prefill(16, 16384, 16, 32);
+        let t = text(Kernel::SmallBh, &gdn);
+        assert!(
+            t.contains("gdn_prefill_state_tform_wgmma  grid (2, 32, 16)"),
+            "{t}"
+        );
+        let mut kda = Problem::new(Op::Kda, Mode::Prefill, 16, 16384, 16, 32, 128, 128);
+        let t = text(Kernel::SmallBh, &kda);
+        assert!(t.contains("kda_prefill_state_wgmma"), "{t}");
+        assert!(!t.contains("tform"), "{t}");
+        kda.k = 32;
+        let t = text(Kernel::SmallBh, &kda);
+        assert!(
+            t.contains("kda_prefill_state64") && t.contains("64-column"),
+            "{t}"
+        );
+        let mut fused = prefill(256, 256 * 64, 16, 32);
+        fused.initial = InitialState::Dense;
+        let t = text(Kernel::Chunked, &fused);
+        assert!(
+            t.contains("gdn_prefill_fused_tform  grid (32, 256, 1)"),
+            "{t}"
+        );
+        fused.k = 32;
+        let t = text(Kernel::Chunked, &fused);
+        assert!(
+            t.contains("gdn_prefill_fused  grid") && t.contains("classic"),
+            "{t}"
+        );
     }
 
     /// A gdn prefill module on sm_90a with K = V = 128 (every entry point present), with

@@ -6,8 +6,8 @@
 
 use deltarule_core::select::{select, DeviceState, Preference, Rule, Selection};
 use deltarule_core::{
-    validate_inputs, Backend, BackendKind, BenchOptions, BenchReport, Inputs, Outputs, Problem,
-    Result,
+    validate_inputs, Backend, BackendKind, BenchOptions, BenchReport, Inputs, Kernel, Outputs,
+    Problem, Result,
 };
 use deltarule_cpu::CpuBackend;
 use std::sync::Arc;
@@ -102,6 +102,21 @@ impl Engine {
             .iter()
             .find(|b| b.kind() == kind)
             .map(|b| b.as_ref() as &dyn Backend)
+    }
+
+    /// The CUDA launches `kernel` makes for `p` on an sm_90a device with `sms` multiprocessors
+    /// and the default options, one line each (`deltarule select --explain`); `None` without the
+    /// CUDA backend compiled in. Pure: no device is needed.
+    pub fn cuda_plan(kernel: Kernel, p: &Problem, sms: usize) -> Option<Result<Vec<String>>> {
+        #[cfg(feature = "cuda")]
+        {
+            Some(deltarule_cuda::plan::describe(kernel, p, sms))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (kernel, p, sms);
+            None
+        }
     }
 
     /// The selection for `p` (pure; nothing runs).
