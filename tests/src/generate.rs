@@ -143,9 +143,8 @@ pub fn generate(
     let (t, h, hv, kd, vd) = (p.tokens, p.h, p.hv, p.k, p.v);
 
     // q, k: normal; k L2-normalised unless the kernel normalises (then raw, scaled).
-    let mut normal = |n: usize, f: fn(f64) -> f64| normals(&mut rng, n, style.ones, f);
-    let q = normal(t * h * kd, |z| z);
-    let mut k = normal(t * h * kd, |z| z);
+    let q = normal_tensor(&mut rng, p.qkv_dtype, vec![t, h, kd], style.ones);
+    let mut k = normals(&mut rng, t * h * kd, style.ones, |z| z);
     if !p.l2norm {
         k.par_chunks_mut(kd).for_each(|row| {
             let n = row.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
@@ -155,7 +154,7 @@ pub fn generate(
         // raw projections have some scale; the kernel normalises them
         k.par_iter_mut().for_each(|x| *x *= 0.7);
     }
-    let v = normal(t * hv * vd, |z| z);
+    let v = normal_tensor(&mut rng, p.qkv_dtype, vec![t, hv, vd], style.ones);
 
     let gk = match p.op {
         Op::Gdn => 1,
@@ -262,9 +261,9 @@ pub fn generate(
     };
 
     let inputs = Inputs {
-        q: tensor(p.qkv_dtype, vec![t, h, kd], &q),
+        q,
         k: tensor(p.qkv_dtype, vec![t, h, kd], &k),
-        v: tensor(p.qkv_dtype, vec![t, hv, vd], &v),
+        v,
         g: tensor(p.g_dtype, p.g_shape(), &g),
         beta: tensor(p.beta_dtype, vec![t, hv], &beta),
         cu_seqlens: HostTensor::from_i64(p.offsets_dtype, vec![p.seqs + 1], &cu),
@@ -297,6 +296,35 @@ fn normals(rng: &mut Rng, n: usize, ones: bool, f: fn(f64) -> f64) -> Vec<f64> {
     rng.fill_normal(&mut out);
     out.par_iter_mut().for_each(|x| *x = f(*x));
     out
+}
+
+/// A tensor of standard normals (or ones) of `dtype`, drawn as [`normals`] draws them and
+/// rounded as `HostTensor::from_f64` rounds, with no float64 copy of the whole tensor.
+fn normal_tensor(rng: &mut Rng, dtype: DType, shape: Vec<usize>, ones: bool) -> HostTensor {
+    use deltarule_core::tensor::{bf16_from_f64, f16_from_f64, TensorData};
+    let n = shape.iter().product();
+    if ones {
+        return HostTensor::from_f64(dtype, shape, &vec![1.0; n]);
+    }
+    let data = match dtype {
+        DType::F32 => {
+            let mut out = vec![0f32; n];
+            rng.fill_normal_map(&mut out, |z| z as f32);
+            TensorData::F32(out)
+        }
+        DType::F16 => {
+            let mut out = vec![half::f16::ZERO; n];
+            rng.fill_normal_map(&mut out, f16_from_f64);
+            TensorData::F16(out)
+        }
+        DType::BF16 => {
+            let mut out = vec![half::bf16::ZERO; n];
+            rng.fill_normal_map(&mut out, bf16_from_f64);
+            TensorData::BF16(out)
+        }
+        _ => return tensor(dtype, shape, &normals(rng, n, false, |z| z)),
+    };
+    HostTensor { shape, data }
 }
 
 /// `HostTensor::from_f64`, converting in parallel (the same rounding per element).
