@@ -59,16 +59,16 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// An assumed CUDA device for planning where none is present (`deltarule select
-    /// --cuda-sms`): a Hopper (sm_90, 227 KiB of shared memory a block) with `sms`
-    /// multiprocessors, as the CUDA backend reports a present one. Nothing can run on it.
-    pub fn assumed_cuda(sms: u32) -> Self {
+    /// A CUDA device's capabilities as the CUDA backend reports them: compute capability `cc`,
+    /// `sms` multiprocessors (those the launch rules assume), `smem` bytes of opt-in shared
+    /// memory a block, and `notes` to print.
+    pub fn cuda(device: String, cc: (u32, u32), sms: u32, smem: u32, notes: Vec<String>) -> Self {
         Capabilities {
             backend: BackendKind::Cuda,
-            device: format!("assumed sm_90 with {sms} multiprocessors (planning only)"),
-            compute_capability: Some((9, 0)),
+            device,
+            compute_capability: Some(cc),
             multiprocessors: Some(sms),
-            max_workgroup_storage: 227 * 1024,
+            max_workgroup_storage: smem,
             max_storage_buffers_per_stage: u32::MAX,
             max_invocations_per_workgroup: 1024,
             subgroups: true,
@@ -76,8 +76,21 @@ impl Capabilities {
             shader_f16: true,
             timestamps: true,
             cooperative_matrix: true,
-            notes: Vec::new(),
+            notes,
         }
+    }
+
+    /// An assumed CUDA device for planning where none is present (`deltarule select
+    /// --cuda-sms`): a Hopper (sm_90, 227 KiB of shared memory a block) with `sms`
+    /// multiprocessors. Nothing can run on it.
+    pub fn assumed_cuda(sms: u32) -> Self {
+        Self::cuda(
+            format!("assumed sm_90 with {sms} multiprocessors (planning only)"),
+            (9, 0),
+            sms,
+            227 * 1024,
+            Vec::new(),
+        )
     }
 
     /// Capabilities of the host CPU backend.

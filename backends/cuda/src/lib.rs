@@ -122,25 +122,17 @@ impl CudaBackend {
         let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
         let stream = ctx.new_stream().map_err(|e| drv("create stream", e))?;
         let arch = kernels::arch_for((ma as u32, mi as u32));
-        let caps = Capabilities {
-            backend: BackendKind::Cuda,
-            device: name,
-            compute_capability: Some((ma as u32, mi as u32)),
-            multiprocessors: Some(sms as u32),
-            max_workgroup_storage: smem as u32,
-            max_storage_buffers_per_stage: u32::MAX,
-            max_invocations_per_workgroup: 1024,
-            subgroups: true,
-            subgroup_size: (32, 32),
-            shader_f16: true,
-            timestamps: true,
-            cooperative_matrix: true,
-            notes: std::iter::once(format!("NVRTC target {arch}"))
+        let caps = Capabilities::cuda(
+            name,
+            (ma as u32, mi as u32),
+            sms as u32,
+            smem as u32,
+            std::iter::once(format!("NVRTC target {arch}"))
                 .chain((sms != all_sms).then(|| {
                     format!("DELTARULE_CUDA_SMS: launch rules assume {sms} of {all_sms} SMs")
                 }))
                 .collect(),
-        };
+        );
         Ok(CudaBackend {
             ctx,
             stream,

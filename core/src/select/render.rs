@@ -219,6 +219,18 @@ fn auto_summary(a: AutoWhen) -> String {
     }
 }
 
+/// The long-chain exception of a [`SplitBound`] in the markdown table ("" where it has none),
+/// its block bound after `rel`.
+fn chain_clause(b: SplitBound, rel: &str) -> String {
+    if b.chain_blocks == 0 {
+        return String::new();
+    }
+    format!(
+        " ({rel}{} when the longest sequence's chunks are more than 1.5 x the fused form's waves)",
+        b.chain_blocks
+    )
+}
+
 /// The `auto picks it` column of the markdown table.
 fn auto_text(a: AutoWhen) -> String {
     match a {
@@ -230,14 +242,7 @@ fn auto_text(a: AutoWhen) -> String {
             b.num,
             b.den,
             b.max_blocks,
-            if b.chain_blocks > 0 {
-                format!(
-                    " ({} when the longest sequence's chunks are more than 1.5 x the fused form's waves)",
-                    b.chain_blocks
-                )
-            } else {
-                String::new()
-            },
+            chain_clause(b, ""),
             if b.short > 0 {
                 format!(
                     ", unless every sequence is at most {} tokens (K, V >= 64, dense f32 final \
@@ -254,14 +259,7 @@ fn auto_text(a: AutoWhen) -> String {
             b.num,
             b.den,
             b.max_blocks,
-            if b.chain_blocks > 0 {
-                format!(
-                    " (> {} when the longest sequence's chunks are more than 1.5 x the fused form's waves)",
-                    b.chain_blocks
-                )
-            } else {
-                String::new()
-            },
+            chain_clause(b, "> "),
             if b.short > 0 {
                 format!(
                     "; or more pairs than that and every sequence at most {} tokens (K, V >= 64, \
