@@ -312,7 +312,7 @@ fn auto_rejection(
                 b.num,
                 b.den,
                 b.max_blocks,
-                chain_text(b, blocks, chain)
+                chain_text(b, chain)
             ))),
         },
         AutoWhen::FusedWins(b) => match split_side(b, p, sms, max_seq) {
@@ -341,17 +341,14 @@ fn auto_rejection(
 }
 
 /// Why a large workspace did not take the long-chain exception, for the rejection text.
-fn chain_text(b: SplitBound, blocks: u64, chain: Option<(u64, u64)>) -> String {
+fn chain_text(b: SplitBound, chain: Option<(u64, u64)>) -> String {
     match chain {
         _ if b.chain_blocks == 0 => String::new(),
         None => " (longest sequence not known)".into(),
         Some((chunks, waves)) if 2 * chunks <= 3 * waves => {
             format!(" (longest sequence {chunks} chunks <= 1.5 x the {waves} fused waves)")
         }
-        Some(_) => format!(
-            " (beyond the long-chain bound of {})",
-            b.chain_blocks.min(blocks)
-        ),
+        Some(_) => format!(" (beyond the long-chain bound of {})", b.chain_blocks),
     }
 }
 
