@@ -63,6 +63,7 @@ struct Params {
     int ov_tau, ov_free;       // overlapped pair: items taken before ov_free SMs are freed
     int ov_trace;              // overlapped pair: print a timeline (diagnosis)
     int mode;                  // runtime flags (FLAG_* below)
+    const int* seg_skip;       // the segments' pass 1 (prefill_segments.cuh): 1 = no chunks; or null
 };
 // Params::mode: the small-bh T-form pair's runtime flags (the host sets all three by default).
 // FLAG_GROUP_HEADS: the T-form intra kernel runs a chunk for every value head of a GVA group in

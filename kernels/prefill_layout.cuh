@@ -9,6 +9,7 @@
 //   prefill_intra.cuh        the intra-chunk stage (intra_chunk) of the fused and intra kernels
 //   prefill_fused.cuh        the classic fused kernel and the state-chunk helpers
 //   prefill_fused_tform.cuh  the fused T-form (gdn's module only: 16-bit inputs, f32 final state)
+//   prefill_segments.cuh     the segmented T-form pair's setup, combine and finish (gdn's module only)
 //   prefill_smallbh.cuh      the small-bh intra kernels (one chunk a CTA), the overlapped pair
 //   prefill_state.cuh        the small-bh state pass on mma.sync
 //   prefill_state_wgmma.cuh  the small-bh state passes on wgmma (sm_90a), workspace and T-form

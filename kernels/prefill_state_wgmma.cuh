@@ -145,7 +145,7 @@ __device__ __forceinline__ void wgmma_nk(float (&d)[KD / 8][4], const uint4& a, 
 // the loop's back edge while accumulators are read).
 // The prologue of both wgmma state passes: this thread's warp, lane and q (lane % 4), the CTA's
 // V tile v0, value head hv and sequence n, the sequence's start bos, length len, first chunk-table
-// row r0 and chunk count nch. (warp, len and nch are broadcast from lane 0: ptxas then knows them
+// row r0 and chunk count nch (0 for a segment pass 1 skips: `seg_skip`). (warp, len and nch are broadcast from lane 0: ptxas then knows them
 // warp-uniform; branches on values it cannot prove uniform make it serialise every wgmma, C7518.)
 #define WG_CTA_PROLOGUE(p)                                                                           \
     const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31,   \
@@ -154,7 +154,7 @@ __device__ __forceinline__ void wgmma_nk(float (&d)[KD / 8][4], const uint4& a, 
     const i64 bos = seq_start(p, n), eos = seq_start(p, n + 1);                                      \
     const int len = __shfl_sync(0xffffffffu, (int)(eos - bos), 0);                                   \
     const int r0 = p.chunk_offsets[n];                                                               \
-    const int nch = __shfl_sync(0xffffffffu, p.chunk_offsets[n + 1] - r0, 0)
+    const int nch = __shfl_sync(0xffffffffu, (p.seg_skip && p.seg_skip[n]) ? 0 : p.chunk_offsets[n + 1] - r0, 0)
 // Initialises the stages' "full" barriers (one arrival: the fetch thread's expect-tx) and "empty"
 // barriers (`empty_count` arrivals), then the block-wide barrier (the passes' only one).
 __device__ __forceinline__ void wg_bars_init(u64* bars, u64* empty, int nst, u32 empty_count) {

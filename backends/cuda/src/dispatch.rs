@@ -38,7 +38,11 @@ impl CudaBackend {
     ) -> Result<()> {
         check_ptrs(p, t)?;
         let (main, varlen) = self.warm_modules(kernel, p)?;
-        let layout = WorkspaceLayout::new(kernel, p, main.sizes.block_bytes);
+        let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
+        let options = &self.options;
+        let plan = plan::plan(kernel, p, &main.sizes, options, sms, t.o)?;
+        let layout =
+            WorkspaceLayout::new(kernel, p, main.sizes.block_bytes, plan.segments.as_ref());
         if ws.bytes() < layout.total {
             return Err(Error::invalid(
                 "workspace",
@@ -46,11 +50,15 @@ impl CudaBackend {
                 format!("{} bytes", ws.bytes()),
             ));
         }
-        let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
-        let options = &self.options;
-        let plan = plan::plan(kernel, p, &main.sizes, options, sms, t.o)?;
         self.bind()?;
         let base = ws.base();
+        if let Some(seg) = &plan.segments {
+            let stream = stream as sys::CUstream;
+            let flags = options.flags.bits();
+            return crate::segments::enqueue(
+                &main, &varlen, &plan, seg, &layout, p, t, stream, base, flags,
+            );
+        }
         let mut prm = launch::params(p, t);
         prm.mode = options.flags.bits();
         prm.chunk_table = base + layout.chunk_table as u64;
@@ -162,12 +170,13 @@ fn check_ptrs(p: &Problem, t: &DevicePtrs) -> Result<()> {
     Ok(())
 }
 
-/// Launches `l` from module `m` with `const Params` as its parameter, followed by the tensor
-/// maps (a `__grid_constant__` parameter) where `maps` is given (the wgmma state passes). A
+/// Launches `l` from module `m` with `const Params` as its parameter, followed by `maps` where
+/// given: the tensor maps of the wgmma state passes (a `__grid_constant__` parameter) or the
+/// segmented pair's `SegArgs`. A
 /// dependent launch (`l.dependent`: the T-form state pass, [`plan::overlap_plan`]) may start
 /// while the intra kernel before it in the stream runs (once every intra CTA has triggered it),
 /// and waits for that kernel's completion itself. An empty grid launches nothing.
-fn launch_one(
+pub(crate) fn launch_one(
     m: &Loaded,
     l: &Launch,
     stream: sys::CUstream,
@@ -191,7 +200,8 @@ fn launch_one(
     // StateWgmmaMaps` / `const TformStateMaps` (two / five 128-byte tensor maps, mirrored by the
     // #[repr(C)] structs of tmap.rs, the variant matching the kernel launched, describing the
     // workspace blocks the intra kernel wrote earlier in the same stream and the q, k, v
-    // inputs); the pointers in `Params` were checked non-null where the problem needs them and
+    // inputs), for the segmented pair's kernels `const SegArgs` (segments.rs, addresses of the
+    // workspace arrays of its layout); the pointers in `Params` were checked non-null where the problem needs them and
     // point to buffers of the documented sizes (launch contract); `smem` is within the limit
     // set on the function at load time; cuLaunchKernel copies the parameter block before
     // returning, so `local` and `tm` may go out of scope.

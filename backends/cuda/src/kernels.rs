@@ -60,6 +60,7 @@ pub const KERNEL_FILES: &[&str] = &[
     "prefill_intra.cuh",
     "prefill_fused.cuh",
     "prefill_fused_tform.cuh",
+    "prefill_segments.cuh",
     "prefill_smallbh.cuh",
     "prefill_state.cuh",
     "prefill_state_wgmma.cuh",
@@ -96,7 +97,9 @@ impl Module {
     pub fn files(self) -> &'static [&'static str] {
         match self {
             Module::GdnPrefill => {
-                prefill_files!(list!("prefill_fused_tform.cuh"; "gdn_prefill.cu"))
+                prefill_files!(
+                    list!("prefill_fused_tform.cuh", "prefill_segments.cuh"; "gdn_prefill.cu")
+                )
             }
             Module::KdaPrefill => prefill_files!(list!(; "kda_prefill.cu")),
             Module::GdnDecode => &["common.cuh", "decode.cuh", "gdn_decode.cu"],
@@ -109,7 +112,9 @@ impl Module {
     pub fn source(self) -> &'static str {
         match self {
             Module::GdnPrefill => {
-                prefill_files!(joined!("prefill_fused_tform.cuh"; "gdn_prefill.cu"))
+                prefill_files!(
+                    joined!("prefill_fused_tform.cuh", "prefill_segments.cuh"; "gdn_prefill.cu")
+                )
             }
             Module::KdaPrefill => prefill_files!(joined!(; "kda_prefill.cu")),
             Module::GdnDecode => joined!("common.cuh", "decode.cuh", "gdn_decode.cu"),
@@ -132,6 +137,9 @@ impl Module {
                 "gdn_prefill_intra_tform",
                 "gdn_prefill_intra_tform_overlap",
                 "gdn_prefill_state_tform_wgmma",
+                "gdn_prefill_segments_setup",
+                "gdn_prefill_segments_combine",
+                "gdn_prefill_segments_finish",
             ],
             Module::KdaPrefill => &[
                 "kda_prefill_fused",

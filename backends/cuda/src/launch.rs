@@ -81,6 +81,9 @@ pub struct Params {
     /// Runtime flags ([`FLAG_GROUP_HEADS`], [`FLAG_DEPENDENT_LAUNCH`], [`FLAG_DEFERRED_WAIT`];
     /// [`crate::Flags`]).
     pub mode: i32,
+    /// A segmented call's pass 1: per segment, 1 = no chunks (kernels/prefill_segments.cuh); 0
+    /// (null) otherwise.
+    pub seg_skip: u64,
 }
 
 /// `Params::mode` bit (`FLAG_GROUP_HEADS` in kernels/common.cuh): the small-bh T-form intra CTA
@@ -93,7 +96,7 @@ pub const FLAG_DEPENDENT_LAUNCH: i32 = 128;
 /// into the next head's stage.
 pub const FLAG_DEFERRED_WAIT: i32 = 256;
 
-const _: () = assert!(std::mem::size_of::<Params>() == 256);
+const _: () = assert!(std::mem::size_of::<Params>() == 264);
 
 /// Device pointers of one call (0 where the contract allows).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -212,7 +215,7 @@ pub fn trace_offset(blocks: usize) -> usize {
 
 /// Byte layout of a workspace for (kernel, problem): metadata tables, then the small-bh blocks and
 /// the overlapped pair's words ([`SYNC_FLAGS`], then a ready flag per block; zeroed on the device
-/// by each call that uses them).
+/// by each call that uses them), then a segmented call's arrays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkspaceLayout {
     pub chunk_table: usize,
@@ -220,12 +223,75 @@ pub struct WorkspaceLayout {
     pub ck_offsets: usize,
     pub work: usize,
     pub sync: usize,
+    /// A segmented call's arrays (`SegArgs` of kernels/prefill_segments.cuh).
+    pub segments: Option<SegLayout>,
     pub total: usize,
 }
 
+/// Byte offsets in the workspace of a segmented call's arrays (kernels/prefill_segments.cuh,
+/// `SegArgs`): i32 segment offsets, first segments, skip marks and zero pool rows; the identity
+/// [HV][K][K] f32, 64 zero rows of v, then [n_seg][HV][K][V] f32 final states, transitions (V =
+/// K) and incoming states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegLayout {
+    pub seg_cu: usize,
+    pub seg_of: usize,
+    pub skip: usize,
+    pub zidx: usize,
+    pub ident: usize,
+    pub zero_v: usize,
+    pub fin: usize,
+    pub trans: usize,
+    pub sin: usize,
+    pub end: usize,
+}
+
+impl SegLayout {
+    /// The arrays of `seg` for the caller's problem `p`, from byte `start`.
+    pub fn new(p: &Problem, seg: &crate::plan::SegmentPlan, start: usize) -> SegLayout {
+        let al = |x: usize| x.div_ceil(256) * 256;
+        let ns = seg.n_seg;
+        let state = ns * p.hv * p.k * p.v * 4;
+        let seg_cu = al(start);
+        let seg_of = al(seg_cu + (ns + 1) * 4);
+        let skip = al(seg_of + (p.seqs + 1) * 4);
+        let zidx = al(skip + ns * 4);
+        let ident = al(zidx + ns * 4);
+        let zero_v = al(ident + p.hv * p.k * p.k * 4);
+        let fin = al(zero_v + 64 * p.hv * p.v * 2);
+        let trans = al(fin + state);
+        let sin = al(trans + ns * p.hv * p.k * p.k * 4);
+        SegLayout {
+            seg_cu,
+            seg_of,
+            skip,
+            zidx,
+            ident,
+            zero_v,
+            fin,
+            trans,
+            sin,
+            end: al(sin + state),
+        }
+    }
+}
+
 impl WorkspaceLayout {
-    /// `block`: workspace bytes per (chunk row, value head) of the small-bh intra kernel.
-    pub fn new(kernel: Kernel, p: &Problem, block: usize) -> Self {
+    /// `block`: workspace bytes per (chunk row, value head) of the small-bh intra kernel; `seg`:
+    /// a segmented call's plan (the tables and blocks are then the segments').
+    pub fn new(
+        kernel: Kernel,
+        p: &Problem,
+        block: usize,
+        seg: Option<&crate::plan::SegmentPlan>,
+    ) -> Self {
+        if let Some(sp) = seg {
+            let mut l = WorkspaceLayout::new(kernel, &crate::plan::segmented(p, sp), block, None);
+            let s = SegLayout::new(p, sp, l.total);
+            l.total = s.end;
+            l.segments = Some(s);
+            return l;
+        }
         let rows = table_rows(p);
         let chunk_table = 0;
         let chunk_offsets = chunk_table + rows * 2 * 4;
@@ -244,6 +310,7 @@ impl WorkspaceLayout {
             ck_offsets,
             work,
             sync,
+            segments: None,
             total,
         }
     }
@@ -324,7 +391,7 @@ mod tests {
         // gdn 16/32 1x8192: 128 chunk rows x 32 heads of 37 KB blocks
         let p = Problem::new(Op::Gdn, Mode::Prefill, 1, 8192, 16, 32, 128, 128);
         let block = 37 * 1024;
-        let l = WorkspaceLayout::new(Kernel::SmallBh, &p, block);
+        let l = WorkspaceLayout::new(Kernel::SmallBh, &p, block, None);
         let blocks = table_rows(&p) * p.hv;
         assert_eq!(blocks, 128 * 32);
         assert!(l.sync >= l.work + blocks * block && l.sync.is_multiple_of(256));
@@ -340,7 +407,7 @@ mod tests {
         assert!(trace_offset(1).is_multiple_of(8));
         assert!(trace_offset(1) >= (SYNC_FLAGS + 1) * 4);
         // the other kernels have no small-bh area
-        let c = WorkspaceLayout::new(Kernel::Chunked, &p, block);
+        let c = WorkspaceLayout::new(Kernel::Chunked, &p, block, None);
         assert_eq!((c.sync, c.total), (c.work, c.work));
     }
 }

@@ -52,6 +52,7 @@ pub mod kernels;
 pub mod launch;
 pub mod options;
 pub mod plan;
+mod segments;
 mod tmap;
 
 pub use launch::{DevicePtrs, Params, Workspace, WorkspaceLayout};
@@ -253,8 +254,16 @@ impl CudaBackend {
         self.layout(kernel, p)
     }
 
+    /// (The plan with an aligned o: a call whose o the TMA store cannot address needs no more.)
     fn layout(&self, kernel: Kernel, p: &Problem) -> Result<WorkspaceLayout> {
         let m = self.module(launch::module_for(p.op, kernel), &Self::defines(p))?;
-        Ok(WorkspaceLayout::new(kernel, p, m.sizes.block_bytes))
+        let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
+        let plan = plan::plan(kernel, p, &m.sizes, &self.options, sms, 0)?;
+        Ok(WorkspaceLayout::new(
+            kernel,
+            p,
+            m.sizes.block_bytes,
+            plan.segments.as_ref(),
+        ))
     }
 }

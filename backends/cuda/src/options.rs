@@ -10,6 +10,7 @@
 //! | `DELTARULE_CUDA_DEFERRED_WAIT` | `0`, `1` | `1` | with grouped heads, a head's bulk-copy wait moves into the next head's stage |
 //! | `DELTARULE_CUDA_STATE_BV` | `16`, `32`, `64`, `wg`, `wgt` | the rule [`crate::plan::state_pass`] | forces the small-bh state pass |
 //! | `DELTARULE_CUDA_OVERLAP` | `off` (`0`, `no`), a percentage `1`-`100` | automatic | the overlapped T-form pair off, or its freeing point forced |
+//! | `DELTARULE_CUDA_SEGMENTS` | `off` (`0`, `no`), a segment length in chunks `1`-`65536` | the rule [`crate::plan::segment_plan`] | the segmented T-form pair off, or forced with that segment length |
 //! | `DELTARULE_CUDA_OVERLAP_TRACE` | `1` | off | the overlapped pair prints a timeline (synchronises; diagnosis only) |
 //! | `DELTARULE_CUDA_FUSED` | `classic` | off | `chunked` keeps the classic fused kernel where the fused T-form applies |
 //! | `DELTARULE_CUDA_SMS` | `1` to the device's count | the device's count | the SM count the launch rules assume |
@@ -17,7 +18,7 @@
 //! (`DELTARULE_CUDA_CACHE`, the on-disk CUBIN cache folder, is read by [`crate::CudaBackend::new`].)
 
 use crate::launch::{FLAG_DEFERRED_WAIT, FLAG_DEPENDENT_LAUNCH, FLAG_GROUP_HEADS};
-use crate::plan::{DecodeForm, OverlapSetting, StatePass};
+use crate::plan::{DecodeForm, OverlapSetting, SegmentSetting, StatePass};
 use deltarule_core::{Error, Result};
 
 /// The runtime flags of `Params::mode` (`FLAG_*` in kernels/common.cuh). All three are on in
@@ -71,6 +72,8 @@ pub struct Options {
     pub state_pass: Option<StatePass>,
     /// The overlapped T-form pair (`DELTARULE_CUDA_OVERLAP`).
     pub overlap: OverlapSetting,
+    /// The segmented T-form pair (`DELTARULE_CUDA_SEGMENTS`).
+    pub segments: SegmentSetting,
     /// The overlapped pair's kernels record a timeline, printed to stderr after the launch
     /// (`DELTARULE_CUDA_OVERLAP_TRACE=1`; it synchronises the stream: diagnosis only).
     pub overlap_trace: bool,
@@ -139,6 +142,16 @@ impl Options {
                     )
                 })?,
             },
+            segments: match var("DELTARULE_CUDA_SEGMENTS") {
+                None => SegmentSetting::Auto,
+                Some(s) => SegmentSetting::parse(&s).ok_or_else(|| {
+                    Error::invalid(
+                        "DELTARULE_CUDA_SEGMENTS",
+                        "off (or 0, no) or a segment length in chunks from 1 to 65536",
+                        s.as_str(),
+                    )
+                })?,
+            },
             overlap_trace: flag_off("DELTARULE_CUDA_OVERLAP_TRACE")?,
             fused_classic: match var("DELTARULE_CUDA_FUSED").as_deref().map(str::trim) {
                 None => false,
@@ -175,7 +188,7 @@ fn parse_sms(value: Option<&str>, sms: i32) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::{parse_sms, Flags, Options};
-    use crate::plan::{DecodeForm, OverlapSetting, StatePass};
+    use crate::plan::{DecodeForm, OverlapSetting, SegmentSetting, StatePass};
     use std::collections::HashMap;
 
     fn with(vars: &[(&str, &str)]) -> deltarule_core::Result<Options> {
@@ -264,12 +277,18 @@ mod tests {
         assert!(o.overlap_trace && o.fused_classic);
         let o = with(&[("DELTARULE_CUDA_OVERLAP", "40")]).expect("a percentage");
         assert_eq!(o.overlap, OverlapSetting::Tau(40));
+        let o = with(&[("DELTARULE_CUDA_SEGMENTS", "16")]).expect("a length");
+        assert_eq!(o.segments, SegmentSetting::Chunks(16));
+        let o = with(&[("DELTARULE_CUDA_SEGMENTS", "off")]).expect("off");
+        assert_eq!(o.segments, SegmentSetting::Off);
         for (name, bad) in [
             ("DELTARULE_CUDA_STATE_BV", "48"),
             ("DELTARULE_CUDA_OVERLAP", "always"),
             ("DELTARULE_CUDA_OVERLAP", "101"),
             ("DELTARULE_CUDA_OVERLAP_TRACE", "yes"),
             ("DELTARULE_CUDA_FUSED", "tform"),
+            ("DELTARULE_CUDA_SEGMENTS", "all"),
+            ("DELTARULE_CUDA_SEGMENTS", "70000"),
         ] {
             let why = with(&[(name, bad)]).err().map(|e| e.to_string());
             assert!(

@@ -8,8 +8,8 @@ mod small_bh;
 
 pub use decode::{decode_items, recurrent_launch, DecodeForm};
 pub use small_bh::{
-    o_fits_tma, overlap_plan, small_bh_launches, state_pass, state_tile, Overlap, OverlapSetting,
-    StatePass, WgmmaPasses,
+    o_fits_tma, overlap_plan, segment_plan, segmented, small_bh_launches, state_pass, state_tile,
+    Overlap, OverlapSetting, SegmentPlan, SegmentSetting, StatePass, WgmmaPasses,
 };
 
 use crate::launch::table_rows;
@@ -158,6 +158,9 @@ pub struct Plan {
     pub state: Option<Launch>,
     /// The overlapped T-form pair's parameters (`Params::ov_*` and the sync area).
     pub overlap: Option<Overlap>,
+    /// The segmented T-form pair: `main` and `state` then run over the segments, and the state
+    /// pass three times around the combine (dispatch.rs).
+    pub segments: Option<SegmentPlan>,
 }
 
 /// The launches of `kernel` on `p` with a main module of `sizes`, `options` and `sms`
@@ -171,17 +174,17 @@ pub fn plan(
     o: u64,
 ) -> Result<Plan> {
     let tables = needs_tables(kernel, p);
-    let (main, state, overlap) = match kernel {
-        Kernel::Chunked => (fused_launch(p, sizes, options), None, None),
+    let (main, state, overlap, segments) = match kernel {
+        Kernel::Chunked => (fused_launch(p, sizes, options), None, None, None),
         Kernel::SmallBh => {
-            let (intra, state, overlap) = small_bh_launches(p, sizes, options, sms, o);
-            (intra, Some(state), overlap)
+            let (intra, state, overlap, seg) = small_bh_launches(p, sizes, options, sms, o);
+            (intra, Some(state), overlap, seg)
         }
         Kernel::Recurrent => {
             let form = options
                 .decode_form
                 .unwrap_or_else(|| DecodeForm::for_problem(p, sms));
-            (recurrent_launch(p, form, sms), None, None)
+            (recurrent_launch(p, form, sms), None, None, None)
         }
         other => {
             return Err(Error::unsupported(
@@ -196,6 +199,7 @@ pub fn plan(
         main,
         state,
         overlap,
+        segments,
     })
 }
 

@@ -5,6 +5,7 @@
 use crate::device::drv;
 use crate::launch::DevicePtrs;
 use crate::plan::TensorMaps;
+use crate::segments::SegArgs;
 use cudarc::driver::sys;
 use deltarule_core::{Problem, Result};
 
@@ -29,13 +30,15 @@ pub struct TformStateMaps {
     pub o: sys::CUtensorMap,
 }
 
-/// The tensor-map parameter of one wgmma state pass launch. (Lives on the stack for one launch;
+/// The second kernel parameter of a launch: the tensor maps of a wgmma state pass, or the
+/// segment arrays of the segmented pair's own kernels. (Lives on the stack for one launch;
 /// boxing the larger variant would allocate per launch.)
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy)]
 pub enum MapArg {
     StateWgmma(StateWgmmaMaps),
     Tform(TformStateMaps),
+    Segments(SegArgs),
 }
 
 impl MapArg {
@@ -62,7 +65,22 @@ impl MapArg {
         match self {
             MapArg::StateWgmma(m) => m as *mut StateWgmmaMaps as *mut std::ffi::c_void,
             MapArg::Tform(m) => m as *mut TformStateMaps as *mut std::ffi::c_void,
+            MapArg::Segments(a) => a as *mut SegArgs as *mut std::ffi::c_void,
         }
+    }
+
+    /// The T-form maps with v over `zero` (64 zero rows of `p`'s [HV V], 16-bit): boxes at token
+    /// 64 or later lie wholly past its end and read as zeros, so the pass sees v = 0 (the
+    /// segments' transition pass). Other maps are returned unchanged.
+    pub fn with_zero_v(self, p: &Problem, zero: u64) -> Result<MapArg> {
+        Ok(match self {
+            MapArg::Tform(mut m) => {
+                let hvv = (p.hv * p.v) as u64;
+                m.v = encode_map(zero, &[hvv, 64], &[hvv * 2], &[64, 64])?;
+                MapArg::Tform(m)
+            }
+            other => other,
+        })
     }
 }
 

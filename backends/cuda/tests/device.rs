@@ -397,3 +397,72 @@ fn overlapped_pair_through_auto() {
         "overlap on and off disagree:\n{text}"
     );
 }
+
+/// The segmented T-form pair (kernels/prefill_segments.cuh): the small-bh suite in child
+/// processes with the segments forced (`DELTARULE_CUDA_SEGMENTS`: every chunk a segment, and
+/// segments of four chunks), where every case the pair takes (gdn, 16-bit inputs, K = V, no
+/// checkpoints) runs segmented; then long GVA sequences with extreme gates forced into segments,
+/// and gdn 4/8 1x8192, which `auto` segments by itself, each against float64.
+#[test]
+fn segmented_pair() {
+    use deltarule_core::{FinalState, InitialState, Mode, Op, Problem, StateLayout};
+    use deltarule_tests::{cases, diff, generate};
+    if !present() {
+        return;
+    }
+    let run = |p: &Problem, lens: &[usize], style: generate::DataStyle, what: &str| {
+        let case = generate::generate(p, lens, 23, style).expect("generate the problem");
+        let reference = diff::reference_outputs(&case).expect("the float64 reference");
+        let check = cases::check_case(suite::engine(), "cuda:small-bh", &case, &reference)
+            .unwrap_or_else(|e| panic!("segmented {what}: {e}"));
+        println!("segmented {what}: {:?}", check.errors);
+    };
+    if std::env::var_os("DELTARULE_CUDA_SEGMENTS").is_some() {
+        // (the child) long sequences, resets and tiny decays, both layouts, a pool in place
+        for layout in [StateLayout::Kv, StateLayout::Vk] {
+            let mut p = Problem::new(Op::Gdn, Mode::Prefill, 1, 1, 4, 8, 128, 128);
+            p.initial = InitialState::Dense;
+            p.final_state = FinalState::Dense;
+            p.layout = layout;
+            p.l2norm = true;
+            let style = generate::DataStyle {
+                gate: generate::GateStyle::Extreme,
+                ..Default::default()
+            };
+            run(
+                &p,
+                &[4000, 700, 65, 64, 1],
+                style,
+                &format!("extreme gates {layout:?}"),
+            );
+            let mut pool = p.clone();
+            pool.initial = InitialState::Pool { rows: 9 };
+            pool.final_state = FinalState::InPlace;
+            pool.state_in_dtype = deltarule_core::DType::F16;
+            pool.state_out_dtype = deltarule_core::DType::F16;
+            run(
+                &pool,
+                &[2500, 130, 900],
+                Default::default(),
+                &format!("pool {layout:?}"),
+            );
+        }
+        return;
+    }
+    for chunks in ["1", "4"] {
+        rerun_with(
+            "DELTARULE_CUDA_SEGMENTS",
+            chunks,
+            &["--exact", "small_bh_conformance", "segmented_pair"],
+        );
+    }
+    let mut p = Problem::new(Op::Gdn, Mode::Prefill, 1, 8192, 4, 8, 128, 128);
+    p.initial = InitialState::Dense;
+    p.final_state = FinalState::Dense;
+    run(
+        &p,
+        &[8192],
+        Default::default(),
+        "gdn 4/8 1x8192 through its rule",
+    );
+}

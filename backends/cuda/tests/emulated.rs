@@ -192,7 +192,7 @@ fn run(exe: &Path, case: &Case, form: DecodeForm, sms: usize, seed: u32) -> Outp
     }
     let mut prm = launch::params(p, &t);
     prm.mode = Flags::PRODUCTION.bits();
-    let layout = WorkspaceLayout::new(Kernel::Recurrent, p, 0);
+    let layout = WorkspaceLayout::new(Kernel::Recurrent, p, 0, None);
     let ws = b.add(vec![0xff; layout.total]);
     prm.chunk_table = ws + layout.chunk_table as u64;
     prm.chunk_offsets = ws + layout.chunk_offsets as u64;
@@ -220,7 +220,7 @@ fn run(exe: &Path, case: &Case, form: DecodeForm, sms: usize, seed: u32) -> Outp
         file.extend_from_slice(&grid.to_le_bytes());
         file.extend_from_slice(&threads.to_le_bytes());
     }
-    // SAFETY: Params is #[repr(C)], 256 bytes of integers and floats (no padding: asserted
+    // SAFETY: Params is #[repr(C)], 264 bytes of integers and floats (no padding: asserted
     // against the C struct in emu_main.h), viewed as bytes for the file.
     let raw = unsafe {
         std::slice::from_raw_parts(

@@ -190,17 +190,137 @@ pub fn overlap_plan(
     })
 }
 
+/// The segmented T-form pair ([`segment_plan`]; `DELTARULE_CUDA_SEGMENTS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SegmentSetting {
+    /// Where [`segment_plan`]'s cost model says so.
+    #[default]
+    Auto,
+    /// Never.
+    Off,
+    /// Always where the pair applies, with segments of this many chunks.
+    Chunks(usize),
+}
+
+impl SegmentSetting {
+    /// `off` (or `0`, `no`), a segment length in chunks from 1 to 65536.
+    pub fn parse(s: &str) -> Option<SegmentSetting> {
+        match s.trim() {
+            "off" | "no" | "0" => Some(SegmentSetting::Off),
+            t => t
+                .parse::<usize>()
+                .ok()
+                .filter(|v| (1..=65536).contains(v))
+                .map(SegmentSetting::Chunks),
+        }
+    }
+}
+
+/// A segmented call: every sequence cut into segments of `chunks` chunks (the last one shorter),
+/// `n_seg` = N + T / (64 chunks) segments at most (the static bound the workspace and grids use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentPlan {
+    pub chunks: usize,
+    pub n_seg: usize,
+}
+
+impl SegmentPlan {
+    fn new(p: &Problem, chunks: usize) -> SegmentPlan {
+        SegmentPlan {
+            chunks,
+            n_seg: p.seqs + p.tokens / (chunks * p.chunk),
+        }
+    }
+    /// Tokens a segment.
+    pub fn tokens(&self, p: &Problem) -> usize {
+        self.chunks * p.chunk
+    }
+}
+
+/// The cost model's constants (us; H100 and H200 timelines of the T-form pair): one chunk of the
+/// T-form state pass (one CTA, one SM), one intra item per SM, a pass's launch and prologue, the
+/// combine per segment, and the segmented call's fixed launches (setup, tables, finish).
+const CS: f64 = 1.5;
+const CI: f64 = 6.25;
+const PASS: f64 = 4.0;
+const COMBINE: f64 = 1.5;
+const FIXED: f64 = 10.0;
+
+/// Where the T-form pair's state chain leaves the GPU idle, the exact segmented pair
+/// (kernels/prefill_segments.cuh, docs/segments.md) cuts each sequence into segments that run in
+/// parallel: pass 1 (each segment's final state from zero and its transition), an f32 combine
+/// along the sequence, pass 3 (outputs from the true incoming states). It applies to the T-form
+/// pair (`tform`) with K = V (the transition pass runs the module with V = K columns) and no
+/// checkpoints. The cost model, with the chain of a balanced batch (C = chunks / N), intra work
+/// I = items x CI / SMs and state CTAs of 64 V columns: unsegmented max(C x CS x waves, I);
+/// segmented with L-chunk segments I + 3 (waves_L x L x CS + PASS) + segments x COMBINE + FIXED
+/// (one pass where no sequence is longer than L). The best L (a power of two from 4 chunks)
+/// is taken when it saves at least 15 %. A forced length applies wherever the pair does.
+pub fn segment_plan(
+    p: &Problem,
+    sms: usize,
+    tform: bool,
+    set: SegmentSetting,
+) -> Option<SegmentPlan> {
+    if !tform
+        || set == SegmentSetting::Off
+        || p.k != p.v
+        || p.checkpoint_every.is_some()
+        || p.tokens == 0
+        || p.v < 64
+        || sms == 0
+    {
+        return None;
+    }
+    if let SegmentSetting::Chunks(c) = set {
+        return Some(SegmentPlan::new(p, c));
+    }
+    let chunks = p.tokens.div_ceil(p.chunk);
+    let c = chunks.div_ceil(p.seqs.max(1));
+    let tiles = p.v / 64;
+    let smsf = sms as f64;
+    let waves = |ctas: usize| ctas.div_ceil(sms) as f64;
+    let intra = (chunks * p.hv) as f64 * CI / smsf;
+    let plain = (c as f64 * CS * waves(tiles * p.hv * p.seqs)).max(intra);
+    let mut best: Option<(f64, usize)> = None;
+    let mut l = 4;
+    while l < c {
+        let segs = c.div_ceil(l);
+        let pass = waves(tiles * p.hv * p.seqs * segs) * l as f64 * CS + PASS;
+        let t = intra + 3.0 * pass + segs as f64 * COMBINE + FIXED;
+        if best.is_none_or(|(b, _)| t < b) {
+            best = Some((t, l));
+        }
+        l *= 2;
+    }
+    let (t, l) = best?;
+    (t < 0.85 * plain).then(|| SegmentPlan::new(p, l))
+}
+
 /// The small-bh pair's launches on a module with `sizes`: the intra kernel (the W/U form, the
-/// T-form, or the T-form's persistent overlapped form), then the state pass, and the overlap
-/// when the pair overlaps. `o`: the output's address (the T-form pass's TMA store).
+/// T-form, or the T-form's persistent overlapped form), then the state pass, the overlap when the
+/// pair overlaps, and the segments when it is segmented (the intra and state launches then run
+/// over the segments: [`segmented`]). `o`: the output's address (the T-form pass's TMA store).
 pub fn small_bh_launches(
     p: &Problem,
     sizes: &PrefillSizes,
     options: &Options,
     sms: usize,
     o: u64,
-) -> (Launch, Launch, Option<Overlap>) {
+) -> (Launch, Launch, Option<Overlap>, Option<SegmentPlan>) {
     let have = WgmmaPasses::of(sizes, p, o);
+    let tform = have.tform && tform_applies(p) && options.state_pass.is_none();
+    if let Some(seg) = segment_plan(p, sms, tform, options.segments) {
+        let ps = segmented(p, &seg);
+        let o2 = Options {
+            state_pass: Some(StatePass::TformWgmma),
+            overlap: OverlapSetting::Off,
+            segments: SegmentSetting::Off,
+            ..*options
+        };
+        let (intra, state, _, _) = small_bh_launches(&ps, sizes, &o2, sms, o);
+        return (intra, state, None, Some(seg));
+    }
     let pass = state_pass(
         p,
         sms,
@@ -286,14 +406,25 @@ pub fn small_bh_launches(
             Launch::plain(entry, ((p.v / bv) as u32, hv, n), threads, smem)
         }
     };
-    (intra, state, overlap)
+    (intra, state, overlap, None)
+}
+
+/// The problem the intra kernel and the state passes of a segmented call see: `n_seg` sequences
+/// (the segments, padding ones empty) with i32 offsets, no checkpoints.
+pub fn segmented(p: &Problem, seg: &SegmentPlan) -> Problem {
+    Problem {
+        seqs: seg.n_seg,
+        offsets_dtype: deltarule_core::DType::I32,
+        checkpoint_every: None,
+        ..p.clone()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::{
-        o_fits_tma, overlap_plan, state_pass, state_tile, Overlap, OverlapSetting, StatePass,
-        WgmmaPasses,
+        o_fits_tma, overlap_plan, segment_plan, segmented, state_pass, state_tile, Overlap,
+        OverlapSetting, SegmentPlan, SegmentSetting, StatePass, WgmmaPasses,
     };
     use deltarule_core::{DType, Mode, Op, Problem};
 
@@ -430,5 +561,73 @@ mod tests {
         o16.out_dtype = DType::BF16;
         assert!(o_fits_tma(&o16, 0x1000) && !o_fits_tma(&o16, 0x1002));
         assert!(o_fits_tma(&p, 0x1002));
+    }
+
+    #[test]
+    fn sequences_are_segmented_only_where_the_chain_idles_the_gpu() {
+        let auto = SegmentSetting::Auto;
+        // gdn 4/8 1x8192: 16 state CTAs walk 128 chunks (~192 us) beside ~48 us of intra work:
+        // segments of 16 chunks, 8 a sequence
+        let few = prefill(1, 4, 8);
+        let s = segment_plan(&few, 132, true, auto).expect("segmented");
+        assert_eq!(
+            s,
+            SegmentPlan {
+                chunks: 16,
+                n_seg: 9
+            }
+        );
+        assert_eq!(s.tokens(&few), 1024);
+        // 4/8 1x32768: longer segments
+        let long = Problem::new(Op::Gdn, Mode::Prefill, 1, 32768, 4, 8, 128, 128);
+        assert!(segment_plan(&long, 132, true, auto).is_some_and(|s| s.chunks >= 32));
+        // gdn 16/32 1x8192, 4x8192, 16x1024: the intra work is as long as the chain, or the
+        // GPU is full: never
+        let gdn = |n, t| Problem::new(Op::Gdn, Mode::Prefill, n, t, 16, 32, 128, 128);
+        for p in [gdn(1, 8192), gdn(4, 32768), gdn(16, 16384), gdn(1, 32768)] {
+            assert_eq!(segment_plan(&p, 132, true, auto), None, "{p:?}");
+        }
+        // only the T-form pair with K = V, no checkpoints, tokens, and not off
+        assert_eq!(segment_plan(&few, 132, false, auto), None);
+        let mut kv = few.clone();
+        kv.v = 64;
+        assert_eq!(segment_plan(&kv, 132, true, auto), None);
+        let mut ck = few.clone();
+        ck.checkpoint_every = Some(128);
+        assert_eq!(segment_plan(&ck, 132, true, auto), None);
+        assert_eq!(segment_plan(&few, 132, true, SegmentSetting::Off), None);
+        // a forced length applies wherever the pair does, on any shape
+        let forced = segment_plan(&gdn(16, 16384), 132, true, SegmentSetting::Chunks(4));
+        // (16 sequences, 16384 tokens: 16384 / 256 segments + 16, the static bound)
+        assert_eq!(
+            forced,
+            Some(SegmentPlan {
+                chunks: 4,
+                n_seg: 16 + 64
+            })
+        );
+        assert_eq!(
+            segment_plan(&ck, 132, true, SegmentSetting::Chunks(4)),
+            None
+        );
+        // the segments' problem: n_seg sequences, i32 offsets, no checkpoints
+        let ps = segmented(
+            &ck,
+            &SegmentPlan {
+                chunks: 4,
+                n_seg: 40,
+            },
+        );
+        assert_eq!((ps.seqs, ps.tokens), (40, ck.tokens));
+        assert_eq!(ps.offsets_dtype, deltarule_core::DType::I32);
+        assert_eq!(ps.checkpoint_every, None);
+        // the setting's text
+        assert_eq!(SegmentSetting::parse("off"), Some(SegmentSetting::Off));
+        assert_eq!(
+            SegmentSetting::parse(" 8 "),
+            Some(SegmentSetting::Chunks(8))
+        );
+        assert_eq!(SegmentSetting::parse("65537"), None);
+        assert_eq!(SegmentSetting::parse("auto"), None);
     }
 }

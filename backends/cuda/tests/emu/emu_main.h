@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
         l.grid = r.get<uint32_t>();
         l.threads = r.get<uint32_t>();
     }
-    static_assert(sizeof(Params) == 256, "Params mirrors launch::Params");
+    static_assert(sizeof(Params) == 264, "Params mirrors launch::Params");
     Params p = r.get<Params>();
     std::vector<char*> bufs(nb);
     for (uint32_t b = 0; b < nb; ++b) {
