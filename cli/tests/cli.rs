@@ -304,6 +304,17 @@ fn select_plans_for_an_assumed_cuda_device() {
     let so = plan("8192");
     let overlap = "overlap: 64 state CTAs start on SMs freed after";
     assert!(so.contains(overlap), "{so}");
+    // few heads on one long sequence: the segmented pair
+    let out = bin()
+        .args(["select", "--op", "gdn", "--seqlens", "8192", "--heads", "4"])
+        .args(["--v-heads", "8", "--cuda-sms", "132", "--explain"])
+        .output()
+        .expect("run");
+    let so4 = text(&out).0;
+    assert!(
+        so4.contains("segments: every sequence cut into segments of 1024 tokens (9 at most)"),
+        "{so4}"
+    );
     let so = plan("8192,8192,8192,8192,8192,8192,8192,8192");
     assert!(so.contains("chosen:  cuda.gdn.prefill.chunked"), "{so}");
     assert!(

@@ -326,6 +326,11 @@ pub fn describe(kernel: Kernel, p: &Problem, sms: usize) -> Result<Vec<String>> 
                 grid(&plan.main)
             ));
             if let Some(s) = &plan.state {
+                let pass = if plan.segments.is_some() {
+                    StatePass::TformWgmma
+                } else {
+                    pass
+                };
                 let what = match pass {
                     StatePass::MmaSync(bv) => format!("mma.sync state pass, {bv}-column V tiles"),
                     StatePass::Wgmma => "wgmma state pass, 64-column V tiles".into(),
@@ -340,6 +345,17 @@ pub fn describe(kernel: Kernel, p: &Problem, sms: usize) -> Result<Vec<String>> 
                     } else {
                         ""
                     }
+                ));
+            }
+            if let Some(sg) = plan.segments {
+                out.push(format!(
+                    "segments: every sequence cut into segments of {} tokens ({} at most): the \
+                     state pass from zero and from the identity over v = 0 (each segment's final \
+                     state and transition, the last segment of a sequence skipped), \
+                     gdn_prefill_segments_combine along each sequence in f32, the state pass \
+                     again from the true incoming states",
+                    sg.tokens(p),
+                    sg.n_seg
                 ));
             }
             if let Some(o) = plan.overlap {

@@ -27,6 +27,9 @@ use std::sync::Mutex;
 const EMU_H: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/emu/emu.h");
 const EMU_MAIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/emu/emu_main.h");
 const VARLEN: &str = include_str!("../../../kernels/varlen.cu");
+const SEGMENTS: &str = include_str!("../../../kernels/prefill_segments.cuh");
+const COMMON: &str = include_str!("../../../kernels/common.cuh");
+const SEG_CHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/emu/segments_check.h");
 
 /// The host C++ compiler, or None (printed; a failure under DELTARULE_REQUIRE_CXX=1).
 fn compiler() -> Option<String> {
@@ -504,4 +507,72 @@ fn emulated_kda_vk_bf16() {
             },
         )
     });
+}
+
+/// The segmented pair's own kernels (kernels/prefill_segments.cuh: the cuts, the f32 combine
+/// along each sequence, the final states) on the emulator against plain loops
+/// (tests/emu/segments_check.h), for K = V = 32 and 128 under two fiber orders. (Their dynamic
+/// shared arrays become fixed ones of the size the host launches them with.)
+#[test]
+fn segment_kernels_on_the_emulator() {
+    let Some(cxx) = compiler() else {
+        return;
+    };
+    let fixed = SEGMENTS
+        .replace("extern __shared__ int sc[];", "__shared__ int sc[1024];")
+        .replace(
+            "extern __shared__ float Ssh[];",
+            "__shared__ float Ssh[HEAD_K * 16];",
+        );
+    assert!(
+        !fixed.contains("extern __shared__"),
+        "a dynamic shared array left"
+    );
+    let src = format!(
+        "#include \"{EMU_H}\"\n#line 1 \"common.cuh\"\n{}\n\
+         constexpr int KD = HEAD_K;\nconstexpr int VD = HEAD_V;\n\
+         #line 1 \"prefill_segments.cuh\"\n{}\n#include \"{SEG_CHECK}\"\n",
+        fresh_shared(COMMON),
+        fresh_shared(&fixed)
+    );
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu");
+    std::fs::create_dir_all(&dir).expect("create the emulator folder");
+    for kv in [32, 128] {
+        let headers = std::fs::read_to_string(EMU_H).expect("read emu.h")
+            + &std::fs::read_to_string(SEG_CHECK).expect("read segments_check.h");
+        let id = fnv(&format!("{src}{headers}{kv}{cxx}"));
+        let exe = dir.join(format!("segments_{kv}_{id:016x}"));
+        if !exe.exists() {
+            let cpp = exe.with_extension("cpp");
+            std::fs::write(&cpp, &src).expect("write the emulator source");
+            let tmp = exe.with_extension("part");
+            let out = Command::new(&cxx)
+                .args(["-std=c++20", "-O1", "-Wno-unknown-pragmas"])
+                .arg(format!("-DHEAD_K={kv}"))
+                .arg(format!("-DHEAD_V={kv}"))
+                .arg(&cpp)
+                .arg("-o")
+                .arg(&tmp)
+                .output()
+                .expect("run the C++ compiler");
+            assert!(
+                out.status.success(),
+                "prefill_segments.cuh does not compile for the emulator:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::rename(&tmp, &exe).expect("move the emulator into place");
+        }
+        for seed in ["1", "2"] {
+            let out = Command::new(&exe)
+                .arg(seed)
+                .output()
+                .expect("run the emulator");
+            let so = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && so.trim() == "ok",
+                "K = V = {kv}, seed {seed}: {so}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
 }

@@ -1,5 +1,5 @@
 // emu.h: a CPU emulator for the kernels of the decode modules (kernels/common.cuh, decode.cuh,
-// {gdn,kda}_decode.cu, varlen.cu), so their indexing and their barrier protocol run in CI without
+// {gdn,kda}_decode.cu, varlen.cu) and of prefill_segments.cuh, so their indexing and their barrier protocol run in CI without
 // a GPU (backends/cuda/tests/emulated.rs). Included before a module's source, which is compiled
 // as C++ by the host compiler with DELTARULE_EMU defined: the PTX helpers of the kernels are
 // replaced by the C++ ones below (see the `#ifndef DELTARULE_EMU` blocks there).
@@ -66,6 +66,8 @@ struct alignas(8) float2 {
     float x, y;
 };
 inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 inline uint3 threadIdx, blockIdx, gridDim, blockDim;
 
