@@ -22,7 +22,10 @@
 //!   rows by TMA and stores o by TMA), overlapped where its state pass has at most half the SMs'
 //!   worth of CTAs ([`plan::overlap_plan`]: a persistent `gdn_prefill_intra_tform_overlap` frees
 //!   SMs part-way, the state pass starts there by programmatic dependent launch and waits per
-//!   chunk for ready flags); else, and for few pairs, `mma.sync` over 16-, 32- or 64-column V
+//!   chunk for ready flags), or, where its chain would idle the GPU, run over segments of each
+//!   sequence, exactly ([`plan::segment_plan`], docs/segments.md: the state pass for each segment's
+//!   final state and transition, an f32 combine, the pass again from the true incoming states);
+//!   else, and for few pairs, `mma.sync` over 16-, 32- or 64-column V
 //!   tiles (`{op}_prefill_state16|32|64`: a state and an output warp per 16 V columns, bulk
 //!   copies two chunks ahead). `auto` takes it for few (sequence x value head) pairs, and for
 //!   many while the workspace stays under 16 Ki blocks (measured faster than `chunked` there on

@@ -93,12 +93,9 @@ pub(crate) fn enqueue(
     let prm = with_meta(&ps, &ts);
     launch_one(varlen, &plan::TABLES, stream, &prm, None)?;
     launch_one(main, &plan.main, stream, &prm, None)?;
-    // the state passes: plain launches (a skipped segment's CTA waits for nothing, so a dependent
-    // launch could complete before the intra grid), f32 kv states in the workspace
-    let pass = Launch {
-        dependent: false,
-        ..state
-    };
+    // the state passes (plain launches, `plan::small_bh_launches`), f32 kv states in the
+    // workspace
+    let pass = state;
     let f32kv = |initial: InitialState| Problem {
         initial,
         state_in_dtype: DType::F32,

@@ -318,7 +318,13 @@ pub fn small_bh_launches(
             segments: SegmentSetting::Off,
             ..*options
         };
+        // (the passes are plain launches: a segment pass 1 skips waits for nothing, so a
+        // dependent launch could complete before the intra grid)
         let (intra, state, _, _) = small_bh_launches(&ps, sizes, &o2, sms, o);
+        let state = Launch {
+            dependent: false,
+            ..state
+        };
         return (intra, state, None, Some(seg));
     }
     let pass = state_pass(
