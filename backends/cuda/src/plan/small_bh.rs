@@ -255,7 +255,8 @@ const FIXED: f64 = 10.0;
 /// I = items x CI / SMs and state CTAs of 64 V columns: unsegmented max(C x CS x waves, I);
 /// segmented with L-chunk segments I + 3 (waves_L x L x CS + PASS) + segments x COMBINE + FIXED
 /// (one pass where no sequence is longer than L). The best L (a power of two from 4 chunks)
-/// is taken when it saves at least 15 %. A forced length applies wherever the pair does.
+/// is taken when it saves at least 15 %. A forced length applies wherever the pair does. More
+/// than 65535 segments (the state passes' grid z) are never planned.
 pub fn segment_plan(
     p: &Problem,
     sms: usize,
@@ -272,8 +273,10 @@ pub fn segment_plan(
     {
         return None;
     }
+    // (the state passes' grid z is the segment count: at most 65535)
+    let fits = |s: SegmentPlan| (s.n_seg <= 65535).then_some(s);
     if let SegmentSetting::Chunks(c) = set {
-        return Some(SegmentPlan::new(p, c));
+        return fits(SegmentPlan::new(p, c));
     }
     let chunks = p.tokens.div_ceil(p.chunk);
     let c = chunks.div_ceil(p.seqs.max(1));
@@ -294,7 +297,11 @@ pub fn segment_plan(
         l *= 2;
     }
     let (t, l) = best?;
-    (t < 0.85 * plain).then(|| SegmentPlan::new(p, l))
+    if t < 0.85 * plain {
+        fits(SegmentPlan::new(p, l))
+    } else {
+        None
+    }
 }
 
 /// The small-bh pair's launches on a module with `sizes`: the intra kernel (the W/U form, the
@@ -616,6 +623,13 @@ mod tests {
             segment_plan(&ck, 132, true, SegmentSetting::Chunks(4)),
             None
         );
+        // past 65535 segments (the grid's z) the pair runs unsegmented
+        let huge = Problem::new(Op::Gdn, Mode::Prefill, 1, 1 << 23, 4, 8, 128, 128);
+        assert_eq!(
+            segment_plan(&huge, 132, true, SegmentSetting::Chunks(1)),
+            None
+        );
+        assert!(segment_plan(&huge, 132, true, SegmentSetting::Chunks(4)).is_some());
         // the segments' problem: n_seg sequences, i32 offsets, no checkpoints
         let ps = segmented(
             &ck,
