@@ -8,8 +8,9 @@ mod small_bh;
 
 pub use decode::{decode_items, recurrent_launch, DecodeForm};
 pub use small_bh::{
-    o_fits_tma, overlap_plan, segment_plan, segmented, small_bh_launches, state_pass, state_tile,
-    Overlap, OverlapSetting, SegmentPlan, SegmentSetting, StatePass, WgmmaPasses,
+    o_fits_tma, overlap_plan, segment_passes, segment_plan, segmented, small_bh_launches,
+    state_pass, state_tile, Overlap, OverlapSetting, SegmentPlan, SegmentSetting, StatePass,
+    WgmmaPasses,
 };
 
 use crate::launch::table_rows;

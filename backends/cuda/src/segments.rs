@@ -9,7 +9,7 @@ use crate::launch::{self, DevicePtrs, Params, WorkspaceLayout};
 use crate::plan::{self, Launch, Plan, SegmentPlan, TensorMaps};
 use crate::tmap::MapArg;
 use cudarc::driver::sys;
-use deltarule_core::{DType, Error, FinalState, InitialState, Problem, Result, StateLayout};
+use deltarule_core::{Error, FinalState, Problem, Result};
 
 /// `struct SegArgs` of kernels/prefill_segments.cuh (the second parameter of its kernels): device
 /// addresses of the arrays of [`launch::SegLayout`], the segment length in tokens and the static
@@ -96,22 +96,13 @@ pub(crate) fn enqueue(
     // the state passes (plain launches, `plan::small_bh_launches`), f32 kv states in the
     // workspace
     let pass = state;
-    let f32kv = |initial: InitialState| Problem {
-        initial,
-        state_in_dtype: DType::F32,
-        index_dtype: DType::I32,
-        final_state: FinalState::Dense,
-        state_out_dtype: DType::F32,
-        layout: StateLayout::Kv,
-        ..ps.clone()
-    };
+    let [pf, pm, p3prob] = plan::segment_passes(p, seg);
     let blocks = (launch::table_rows(&ps) * p.hv) as u64;
     let block = main.sizes.block_bytes as u64;
     let maps = MapArg::encode(TensorMaps::Tform, &ps, &ts, prm.work, blocks, block)?;
     let no_dep = flags & !launch::FLAG_DEPENDENT_LAUNCH;
     // pass 1: F (the real v, from zero) and M (v = 0, from the identity) of every segment but
     // the last of its sequence
-    let pf = f32kv(InitialState::None);
     let mut p1 = with_meta(
         &pf,
         &DevicePtrs {
@@ -122,7 +113,6 @@ pub(crate) fn enqueue(
     p1.mode = no_dep;
     p1.seg_skip = args.skip;
     launch_one(main, &pass, stream, &p1, Some(maps))?;
-    let pm = f32kv(InitialState::Pool { rows: 1 });
     let mut p2 = with_meta(
         &pm,
         &DevicePtrs {
@@ -145,7 +135,6 @@ pub(crate) fn enqueue(
     );
     launch_one(main, &combine, stream, &user, extra)?;
     // pass 3: every segment from its incoming state, o and the segments' final states
-    let p3prob = f32kv(InitialState::Dense);
     let mut p3 = with_meta(
         &p3prob,
         &DevicePtrs {

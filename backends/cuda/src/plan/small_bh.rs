@@ -225,7 +225,8 @@ pub struct SegmentPlan {
 }
 
 impl SegmentPlan {
-    fn new(p: &Problem, chunks: usize) -> SegmentPlan {
+    /// Segments of `chunks` chunks for `p` (`chunks` > 0).
+    pub fn new(p: &Problem, chunks: usize) -> SegmentPlan {
         SegmentPlan {
             chunks,
             n_seg: p.seqs + p.tokens / (chunks * p.chunk),
@@ -420,6 +421,30 @@ pub fn small_bh_launches(
         }
     };
     (intra, state, overlap, None)
+}
+
+/// The problems of a segmented call's three state passes over the segments
+/// ([`segmented`]), every state f32 in the `kv` layout in the workspace: the final states from
+/// zero (F), the transitions from the identity, a one-row pool with every index 0, over v = 0
+/// (M: the state's V columns are the identity's K columns, so K = V), and the pass from the
+/// incoming states (a dense initial state) with the segments' final states.
+pub fn segment_passes(p: &Problem, seg: &SegmentPlan) -> [Problem; 3] {
+    use deltarule_core::{DType, FinalState, InitialState, StateLayout};
+    let ps = segmented(p, seg);
+    let f32kv = |initial: InitialState| Problem {
+        initial,
+        state_in_dtype: DType::F32,
+        index_dtype: DType::I32,
+        final_state: FinalState::Dense,
+        state_out_dtype: DType::F32,
+        layout: StateLayout::Kv,
+        ..ps.clone()
+    };
+    [
+        f32kv(InitialState::None),
+        f32kv(InitialState::Pool { rows: 1 }),
+        f32kv(InitialState::Dense),
+    ]
 }
 
 /// The problem the intra kernel and the state passes of a segmented call see: `n_seg` sequences
