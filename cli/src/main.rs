@@ -373,7 +373,9 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
                         _ => None,
                     });
                     if let (true, BackendKind::Cuda, Some(sms)) = (explain, r.backend, sms) {
-                        if let Some(lines) = Engine::cuda_plan(r.kernel, &p, sms as usize) {
+                        let longest = seqlens.iter().copied().max();
+                        if let Some(lines) = Engine::cuda_plan(r.kernel, &p, sms as usize, longest)
+                        {
                             println!(
                                 "plan:    on sm_90a with {sms} multiprocessors, default options:"
                             );

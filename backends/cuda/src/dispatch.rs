@@ -22,12 +22,29 @@ impl CudaBackend {
         stream: u64,
         ws: &mut Workspace,
     ) -> Result<()> {
-        p.validate()?;
-        self.supports(kernel, p)?;
-        self.enqueue(kernel, p, t, stream, ws)
+        self.launch_hinted(kernel, p, t, stream, ws, None)
     }
 
-    /// [`CudaBackend::launch`] for a problem already validated and supported.
+    /// [`CudaBackend::launch`] with the longest sequence's tokens where the caller knows them
+    /// (`max_seq`: the launch plan's segment rule uses it; the workspace must have been reserved
+    /// with the same value, [`CudaBackend::reserve_hinted`]). A stale hint changes the plan,
+    /// never the result.
+    pub fn launch_hinted(
+        &self,
+        kernel: Kernel,
+        p: &Problem,
+        t: &DevicePtrs,
+        stream: u64,
+        ws: &mut Workspace,
+        max_seq: Option<usize>,
+    ) -> Result<()> {
+        p.validate()?;
+        p.validate_longest_sequence(max_seq)?;
+        self.supports(kernel, p)?;
+        self.enqueue(kernel, p, t, stream, ws, max_seq)
+    }
+
+    /// [`CudaBackend::launch_hinted`] for a problem already validated and supported.
     pub(crate) fn enqueue(
         &self,
         kernel: Kernel,
@@ -35,12 +52,13 @@ impl CudaBackend {
         t: &DevicePtrs,
         stream: u64,
         ws: &mut Workspace,
+        max_seq: Option<usize>,
     ) -> Result<()> {
         check_ptrs(p, t)?;
         let (main, varlen) = self.warm_modules(kernel, p)?;
         let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
         let options = &self.options;
-        let plan = plan::plan(kernel, p, &main.sizes, options, sms, t.o)?;
+        let plan = plan::plan(kernel, p, &main.sizes, options, sms, t.o, max_seq)?;
         let layout =
             WorkspaceLayout::new(kernel, p, main.sizes.block_bytes, plan.segments.as_ref());
         if ws.bytes() < layout.total {

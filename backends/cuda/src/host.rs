@@ -136,6 +136,8 @@ impl Backend for CudaBackend {
 
     fn run(&self, kernel: Kernel, p: &Problem, inputs: &Inputs) -> Result<Outputs> {
         let val = validate_inputs(p, inputs)?;
+        // (the host knows every length here: the launch plan gets the longest)
+        let max_seq = (0..p.seqs).map(|n| val.seq_len(n)).max();
         self.supports(kernel, p)?;
         self.bind()?;
         let bufs = self.buffers(p, inputs, val.total_checkpoints())?;
@@ -144,8 +146,15 @@ impl Backend for CudaBackend {
                 .workspace
                 .lock()
                 .map_err(|_| drv("workspace", "poisoned lock"))?;
-            self.grow(&mut ws, kernel, p)?;
-            self.enqueue(kernel, p, &bufs.ptrs, self.stream_handle(), &mut ws)?;
+            self.grow(&mut ws, kernel, p, max_seq)?;
+            self.enqueue(
+                kernel,
+                p,
+                &bufs.ptrs,
+                self.stream_handle(),
+                &mut ws,
+                max_seq,
+            )?;
             self.sync()?;
         }
         let o = self.download(&bufs.o, p.out_dtype, p.o_shape())?;
@@ -181,6 +190,7 @@ impl Backend for CudaBackend {
         opts: &BenchOptions,
     ) -> Result<BenchReport> {
         let val = validate_inputs(p, inputs)?;
+        let max_seq = (0..p.seqs).map(|n| val.seq_len(n)).max();
         self.supports(kernel, p)?;
         self.bind()?;
         let in_bytes: usize = [&inputs.q, &inputs.k, &inputs.v, &inputs.g, &inputs.beta]
@@ -198,11 +208,11 @@ impl Backend for CudaBackend {
             .workspace
             .lock()
             .map_err(|_| drv("workspace", "poisoned lock"))?;
-        self.grow(&mut ws, kernel, p)?;
+        self.grow(&mut ws, kernel, p, max_seq)?;
         let stream = self.stream_handle();
         // every input set at least once before timing (first touches are not measured)
         for i in 0..opts.warmup.max(sets) {
-            self.enqueue(kernel, p, &all[i % sets].ptrs, stream, &mut ws)?;
+            self.enqueue(kernel, p, &all[i % sets].ptrs, stream, &mut ws, max_seq)?;
         }
         self.sync()?;
         let iters = opts.iters.max(1);
@@ -219,7 +229,7 @@ impl Backend for CudaBackend {
             // SAFETY: the events were created above in this context; the stream is ours.
             unsafe { result::event::record(events[2 * i], cs) }.map_err(|e| drv("record", e))?;
             let t0 = Instant::now();
-            self.enqueue(kernel, p, &all[i % sets].ptrs, stream, &mut ws)?;
+            self.enqueue(kernel, p, &all[i % sets].ptrs, stream, &mut ws, max_seq)?;
             host_us.push(t0.elapsed().as_secs_f64() * 1e6);
             // SAFETY: as above.
             unsafe { result::event::record(events[2 * i + 1], cs) }

@@ -224,14 +224,34 @@ impl CudaBackend {
     /// Warm-up for (kernel, problem): compiles and loads the kernels and grows `ws` to the size
     /// the launches need. Call before [`CudaBackend::launch`] (and before graph capture).
     pub fn reserve(&self, ws: &mut Workspace, kernel: Kernel, p: &Problem) -> Result<()> {
-        p.validate()?;
-        self.supports(kernel, p)?;
-        self.grow(ws, kernel, p)
+        self.reserve_hinted(ws, kernel, p, None)
     }
 
-    /// [`CudaBackend::reserve`] for a problem already validated and supported.
-    fn grow(&self, ws: &mut Workspace, kernel: Kernel, p: &Problem) -> Result<()> {
-        let layout = self.layout(kernel, p)?;
+    /// [`CudaBackend::reserve`] with the longest sequence's tokens where the caller knows them
+    /// (`max_seq`: the launch plan's segment rule uses it; pass the same value to
+    /// [`CudaBackend::launch_hinted`], whose workspace it sizes).
+    pub fn reserve_hinted(
+        &self,
+        ws: &mut Workspace,
+        kernel: Kernel,
+        p: &Problem,
+        max_seq: Option<usize>,
+    ) -> Result<()> {
+        p.validate()?;
+        p.validate_longest_sequence(max_seq)?;
+        self.supports(kernel, p)?;
+        self.grow(ws, kernel, p, max_seq)
+    }
+
+    /// [`CudaBackend::reserve_hinted`] for a problem already validated and supported.
+    fn grow(
+        &self,
+        ws: &mut Workspace,
+        kernel: Kernel,
+        p: &Problem,
+        max_seq: Option<usize>,
+    ) -> Result<()> {
+        let layout = self.layout(kernel, p, max_seq)?;
         self.module(Module::Varlen, &Self::defines(p))?;
         if ws.bytes() < layout.total {
             if ws.is_external() {
@@ -252,16 +272,33 @@ impl CudaBackend {
 
     /// The workspace layout of (kernel, problem) (loads the kernel's module).
     pub fn workspace_layout(&self, kernel: Kernel, p: &Problem) -> Result<WorkspaceLayout> {
+        self.workspace_layout_hinted(kernel, p, None)
+    }
+
+    /// [`CudaBackend::workspace_layout`] with the longest sequence's tokens where known (as for
+    /// [`CudaBackend::reserve_hinted`]).
+    pub fn workspace_layout_hinted(
+        &self,
+        kernel: Kernel,
+        p: &Problem,
+        max_seq: Option<usize>,
+    ) -> Result<WorkspaceLayout> {
         p.validate()?;
+        p.validate_longest_sequence(max_seq)?;
         self.supports(kernel, p)?;
-        self.layout(kernel, p)
+        self.layout(kernel, p, max_seq)
     }
 
     /// (The plan with an aligned o: a call whose o the TMA store cannot address needs no more.)
-    fn layout(&self, kernel: Kernel, p: &Problem) -> Result<WorkspaceLayout> {
+    fn layout(
+        &self,
+        kernel: Kernel,
+        p: &Problem,
+        max_seq: Option<usize>,
+    ) -> Result<WorkspaceLayout> {
         let m = self.module(launch::module_for(p.op, kernel), &Self::defines(p))?;
         let sms = self.caps.multiprocessors.unwrap_or(132) as usize;
-        let plan = plan::plan(kernel, p, &m.sizes, &self.options, sms, 0)?;
+        let plan = plan::plan(kernel, p, &m.sizes, &self.options, sms, 0, max_seq)?;
         Ok(WorkspaceLayout::new(
             kernel,
             p,

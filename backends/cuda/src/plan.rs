@@ -165,7 +165,9 @@ pub struct Plan {
 }
 
 /// The launches of `kernel` on `p` with a main module of `sizes`, `options` and `sms`
-/// multiprocessors; `o`: the output's device address (the T-form pass stores a 16-bit o by TMA).
+/// multiprocessors; `o`: the output's device address (the T-form pass stores a 16-bit o by TMA);
+/// `max_seq`: the longest sequence's tokens where the caller knows them (the segment rule uses
+/// it; a stale hint changes the plan, never the result).
 pub fn plan(
     kernel: Kernel,
     p: &Problem,
@@ -173,12 +175,14 @@ pub fn plan(
     options: &Options,
     sms: usize,
     o: u64,
+    max_seq: Option<usize>,
 ) -> Result<Plan> {
     let tables = needs_tables(kernel, p);
     let (main, state, overlap, segments) = match kernel {
         Kernel::Chunked => (fused_launch(p, sizes, options), None, None, None),
         Kernel::SmallBh => {
-            let (intra, state, overlap, seg) = small_bh_launches(p, sizes, options, sms, o);
+            let (intra, state, overlap, seg) =
+                small_bh_launches(p, sizes, options, sms, o, max_seq);
             (intra, Some(state), overlap, seg)
         }
         Kernel::Recurrent => {
@@ -292,12 +296,17 @@ pub fn sm90a_entries(p: &Problem) -> PrefillSizes {
 
 /// The launches `kernel` makes for `p` on an sm_90a device with `sms` multiprocessors under the
 /// default options (no `DELTARULE_CUDA_*` variable), one line each: entry point, grid and the
-/// launch rule's choice (state pass and V tile, fused form, overlap). For `deltarule select
-/// --explain`; needs no device.
-pub fn describe(kernel: Kernel, p: &Problem, sms: usize) -> Result<Vec<String>> {
+/// launch rule's choice (state pass and V tile, fused form, overlap, segments). For `deltarule
+/// select --explain`; needs no device. `max_seq`: the longest sequence's tokens, where known.
+pub fn describe(
+    kernel: Kernel,
+    p: &Problem,
+    sms: usize,
+    max_seq: Option<usize>,
+) -> Result<Vec<String>> {
     let options = Options::from_vars(|_| None)?;
     let sizes = sm90a_entries(p);
-    let plan = plan(kernel, p, &sizes, &options, sms, 0)?;
+    let plan = plan(kernel, p, &sizes, &options, sms, 0, max_seq)?;
     let grid = |l: &Launch| format!("grid {:?}", l.grid);
     let mut out = Vec::new();
     match kernel {
@@ -400,7 +409,8 @@ mod tests {
     /// passes only for K in {64, 128} and V >= 64, the T-form ones only for gdn.
     #[test]
     fn describe_names_the_launches_and_the_state_pass() {
-        let text = |k: Kernel, p: &Problem| super::describe(k, p, 132).expect("plan").join("\n");
+        let text =
+            |k: Kernel, p: &Problem| super::describe(k, p, 132, None).expect("plan").join("\n");
         let gdn = prefill(16, 16384, 16, 32);
         let t = text(Kernel::SmallBh, &gdn);
         assert!(
@@ -452,7 +462,7 @@ mod tests {
     };
 
     fn run(kernel: Kernel, p: &Problem, sizes: &PrefillSizes, o: &Options) -> Plan {
-        plan(kernel, p, sizes, o, 132, 0x1000).expect("a CUDA kernel")
+        plan(kernel, p, sizes, o, 132, 0x1000, None).expect("a CUDA kernel")
     }
 
     #[test]

@@ -106,15 +106,21 @@ impl Engine {
 
     /// The CUDA launches `kernel` makes for `p` on an sm_90a device with `sms` multiprocessors
     /// and the default options, one line each (`deltarule select --explain`); `None` without the
-    /// CUDA backend compiled in. Pure: no device is needed.
-    pub fn cuda_plan(kernel: Kernel, p: &Problem, sms: usize) -> Option<Result<Vec<String>>> {
+    /// CUDA backend compiled in. Pure: no device is needed. `max_seq`: the longest sequence's
+    /// tokens, where known.
+    pub fn cuda_plan(
+        kernel: Kernel,
+        p: &Problem,
+        sms: usize,
+        max_seq: Option<usize>,
+    ) -> Option<Result<Vec<String>>> {
         #[cfg(feature = "cuda")]
         {
-            Some(deltarule_cuda::plan::describe(kernel, p, sms))
+            Some(deltarule_cuda::plan::describe(kernel, p, sms, max_seq))
         }
         #[cfg(not(feature = "cuda"))]
         {
-            let _ = (kernel, p, sms);
+            let _ = (kernel, p, sms, max_seq);
             None
         }
     }
@@ -156,10 +162,11 @@ impl Engine {
     /// cache of docs/spec.md section 7).
     ///
     /// `max_seq`: the longest sequence's token count, where the caller knows it on the host (the
-    /// Python package does after reading the offsets; not under CUDA-graph capture). Only the
+    /// Python package does after reading the offsets; not under CUDA-graph capture). The
     /// selection uses it (`auto` fuses gdn when every sequence is one chunk, `SplitBound::short`):
     /// every row computes the same result for any lengths, so a stale hint (a graph replayed
-    /// with longer sequences) costs speed, never correctness. Pass the same value to
+    /// with longer sequences) costs speed, never correctness; the CUDA launch plan (the segment
+    /// rule, `deltarule_cuda::plan::segment_plan`) takes it too. Pass the same value to
     /// [`Engine::device_workspace`], which sizes the workspace for the row it selects.
     #[cfg(feature = "cuda")]
     pub fn launch_device(
@@ -172,8 +179,8 @@ impl Engine {
         max_seq: Option<usize>,
     ) -> Result<&'static Rule> {
         let (rule, cuda) = self.device_rule(p, pref, max_seq)?;
-        cuda.reserve(ws, rule.kernel, p)?;
-        cuda.launch(rule.kernel, p, ptrs, stream, ws)?;
+        cuda.reserve_hinted(ws, rule.kernel, p, max_seq)?;
+        cuda.launch_hinted(rule.kernel, p, ptrs, stream, ws, max_seq)?;
         Ok(rule)
     }
 
@@ -188,7 +195,10 @@ impl Engine {
         max_seq: Option<usize>,
     ) -> Result<(&'static Rule, usize)> {
         let (rule, cuda) = self.device_rule(p, pref, max_seq)?;
-        Ok((rule, cuda.workspace_layout(rule.kernel, p)?.total))
+        Ok((
+            rule,
+            cuda.workspace_layout_hinted(rule.kernel, p, max_seq)?.total,
+        ))
     }
 
     /// The CUDA row for device-resident tensors (`auto` means the best CUDA row).

@@ -252,7 +252,8 @@ const FIXED: f64 = 10.0;
 /// parallel: pass 1 (each segment's final state from zero and its transition), an f32 combine
 /// along the sequence, pass 3 (outputs from the true incoming states). It applies to the T-form
 /// pair (`tform`) with K = V (the transition pass runs the module with V = K columns) and no
-/// checkpoints. The cost model, with the chain of a balanced batch (C = chunks / N), intra work
+/// checkpoints. The cost model, with the chain of the longest sequence (`max_seq`, the caller's
+/// hint; without it a balanced batch's, C = chunks / N), intra work
 /// I = items x CI / SMs and state CTAs of 64 V columns: unsegmented max(C x CS x waves, I);
 /// segmented with L-chunk segments I + 3 (waves_L x L x CS + PASS) + segments x COMBINE + FIXED
 /// (one pass where no sequence is longer than L). The best L (a power of two from 4 chunks)
@@ -263,6 +264,7 @@ pub fn segment_plan(
     sms: usize,
     tform: bool,
     set: SegmentSetting,
+    max_seq: Option<usize>,
 ) -> Option<SegmentPlan> {
     if !tform
         || set == SegmentSetting::Off
@@ -280,7 +282,10 @@ pub fn segment_plan(
         return fits(SegmentPlan::new(p, c));
     }
     let chunks = p.tokens.div_ceil(p.chunk);
-    let c = chunks.div_ceil(p.seqs.max(1));
+    let c = match max_seq {
+        Some(m) => m.div_ceil(p.chunk).clamp(1, chunks.max(1)),
+        None => chunks.div_ceil(p.seqs.max(1)),
+    };
     let tiles = p.v / 64;
     let smsf = sms as f64;
     let waves = |ctas: usize| ctas.div_ceil(sms) as f64;
@@ -289,8 +294,10 @@ pub fn segment_plan(
     let mut best: Option<(f64, usize)> = None;
     let mut l = 4;
     while l < c {
+        // (segments: the longest sequence's, at most the static bound over all of them)
         let segs = c.div_ceil(l);
-        let pass = waves(tiles * p.hv * p.seqs * segs) * l as f64 * CS + PASS;
+        let all = (p.seqs * segs).min(p.seqs + chunks / l);
+        let pass = waves(tiles * p.hv * all) * l as f64 * CS + PASS;
         let t = intra + 3.0 * pass + segs as f64 * COMBINE + FIXED;
         if best.is_none_or(|(b, _)| t < b) {
             best = Some((t, l));
@@ -308,17 +315,19 @@ pub fn segment_plan(
 /// The small-bh pair's launches on a module with `sizes`: the intra kernel (the W/U form, the
 /// T-form, or the T-form's persistent overlapped form), then the state pass, the overlap when the
 /// pair overlaps, and the segments when it is segmented (the intra and state launches then run
-/// over the segments: [`segmented`]). `o`: the output's address (the T-form pass's TMA store).
+/// over the segments: [`segmented`]). `o`: the output's address (the T-form pass's TMA store);
+/// `max_seq`: the longest sequence's tokens where the caller knows them ([`segment_plan`]).
 pub fn small_bh_launches(
     p: &Problem,
     sizes: &PrefillSizes,
     options: &Options,
     sms: usize,
     o: u64,
+    max_seq: Option<usize>,
 ) -> (Launch, Launch, Option<Overlap>, Option<SegmentPlan>) {
     let have = WgmmaPasses::of(sizes, p, o);
     let tform = have.tform && tform_applies(p) && options.state_pass.is_none();
-    if let Some(seg) = segment_plan(p, sms, tform, options.segments) {
+    if let Some(seg) = segment_plan(p, sms, tform, options.segments, max_seq) {
         let ps = segmented(p, &seg);
         let o2 = Options {
             state_pass: Some(StatePass::TformWgmma),
@@ -328,7 +337,7 @@ pub fn small_bh_launches(
         };
         // (the passes are plain launches: a segment pass 1 skips waits for nothing, so a
         // dependent launch could complete before the intra grid)
-        let (intra, state, _, _) = small_bh_launches(&ps, sizes, &o2, sms, o);
+        let (intra, state, _, _) = small_bh_launches(&ps, sizes, &o2, sms, o, None);
         let state = Launch {
             dependent: false,
             ..state
@@ -607,7 +616,7 @@ mod tests {
         // gdn 4/8 1x8192: 16 state CTAs walk 128 chunks (~192 us) beside ~48 us of intra work:
         // segments of 16 chunks, 8 a sequence
         let few = prefill(1, 4, 8);
-        let s = segment_plan(&few, 132, true, auto).expect("segmented");
+        let s = segment_plan(&few, 132, true, auto, None).expect("segmented");
         assert_eq!(
             s,
             SegmentPlan {
@@ -618,24 +627,27 @@ mod tests {
         assert_eq!(s.tokens(&few), 1024);
         // 4/8 1x32768: longer segments
         let long = Problem::new(Op::Gdn, Mode::Prefill, 1, 32768, 4, 8, 128, 128);
-        assert!(segment_plan(&long, 132, true, auto).is_some_and(|s| s.chunks >= 32));
+        assert!(segment_plan(&long, 132, true, auto, None).is_some_and(|s| s.chunks >= 32));
         // gdn 16/32 1x8192, 4x8192, 16x1024: the intra work is as long as the chain, or the
         // GPU is full: never
         let gdn = |n, t| Problem::new(Op::Gdn, Mode::Prefill, n, t, 16, 32, 128, 128);
         for p in [gdn(1, 8192), gdn(4, 32768), gdn(16, 16384), gdn(1, 32768)] {
-            assert_eq!(segment_plan(&p, 132, true, auto), None, "{p:?}");
+            assert_eq!(segment_plan(&p, 132, true, auto, None), None, "{p:?}");
         }
         // only the T-form pair with K = V, no checkpoints, tokens, and not off
-        assert_eq!(segment_plan(&few, 132, false, auto), None);
+        assert_eq!(segment_plan(&few, 132, false, auto, None), None);
         let mut kv = few.clone();
         kv.v = 64;
-        assert_eq!(segment_plan(&kv, 132, true, auto), None);
+        assert_eq!(segment_plan(&kv, 132, true, auto, None), None);
         let mut ck = few.clone();
         ck.checkpoint_every = Some(128);
-        assert_eq!(segment_plan(&ck, 132, true, auto), None);
-        assert_eq!(segment_plan(&few, 132, true, SegmentSetting::Off), None);
+        assert_eq!(segment_plan(&ck, 132, true, auto, None), None);
+        assert_eq!(
+            segment_plan(&few, 132, true, SegmentSetting::Off, None),
+            None
+        );
         // a forced length applies wherever the pair does, on any shape
-        let forced = segment_plan(&gdn(16, 16384), 132, true, SegmentSetting::Chunks(4));
+        let forced = segment_plan(&gdn(16, 16384), 132, true, SegmentSetting::Chunks(4), None);
         // (16 sequences, 16384 tokens: 16384 / 256 segments + 16, the static bound)
         assert_eq!(
             forced,
@@ -645,16 +657,27 @@ mod tests {
             })
         );
         assert_eq!(
-            segment_plan(&ck, 132, true, SegmentSetting::Chunks(4)),
+            segment_plan(&ck, 132, true, SegmentSetting::Chunks(4), None),
+            None
+        );
+        // a mixed batch, one long sequence among short ones (gdn 2/4 1x30000 + 4x500): the
+        // balanced chain (100 chunks) hides the long one's (469); the caller's longest-sequence
+        // hint shows it
+        let mixed = |h, hv| Problem::new(Op::Gdn, Mode::Prefill, 5, 32000, h, hv, 128, 128);
+        assert_eq!(segment_plan(&mixed(2, 4), 132, true, auto, None), None);
+        assert!(segment_plan(&mixed(2, 4), 132, true, auto, Some(30000)).is_some());
+        // with 32 value heads the intra work dominates either way
+        assert_eq!(
+            segment_plan(&mixed(16, 32), 132, true, auto, Some(30000)),
             None
         );
         // past 65535 segments (the grid's z) the pair runs unsegmented
         let huge = Problem::new(Op::Gdn, Mode::Prefill, 1, 1 << 23, 4, 8, 128, 128);
         assert_eq!(
-            segment_plan(&huge, 132, true, SegmentSetting::Chunks(1)),
+            segment_plan(&huge, 132, true, SegmentSetting::Chunks(1), None),
             None
         );
-        assert!(segment_plan(&huge, 132, true, SegmentSetting::Chunks(4)).is_some());
+        assert!(segment_plan(&huge, 132, true, SegmentSetting::Chunks(4), None).is_some());
         // the segments' problem: n_seg sequences, i32 offsets, no checkpoints
         let ps = segmented(
             &ck,
