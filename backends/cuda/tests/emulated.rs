@@ -83,10 +83,8 @@ fn fresh_shared(src: &str) -> String {
 }
 
 /// The emulator of `module` (a decode module) for head dims (k, v): the module's source, then
-/// varlen.cu, then the entry table; built once per source and options into the target's
-/// scratch folder (builds run one at a time: the compiler is the slow part on a small machine).
+/// varlen.cu, then the entry table (`build`).
 fn emulator(cxx: &str, module: Module, k: usize, v: usize) -> PathBuf {
-    static BUILD: Mutex<()> = Mutex::new(());
     let mut entries: Vec<&str> = module.entry_points().to_vec();
     entries.push("varlen_build_tables");
     let table: Vec<String> = entries
@@ -101,6 +99,14 @@ fn emulator(cxx: &str, module: Module, k: usize, v: usize) -> PathBuf {
         fresh_shared(VARLEN),
         table.join("\n")
     );
+    build(cxx, &src, &[EMU_H, EMU_MAIN], module.name(), k, v)
+}
+
+/// `src` (which includes the `headers`) compiled by `cxx` for head dims (k, v) into the
+/// target's scratch folder as `name`, once per source, headers and options (builds run one at a
+/// time: the compiler is the slow part on a small machine).
+fn build(cxx: &str, src: &str, headers: &[&str], name: &str, k: usize, v: usize) -> PathBuf {
+    static BUILD: Mutex<()> = Mutex::new(());
     let flags = [
         "-std=c++20".to_string(),
         "-O1".into(),
@@ -108,18 +114,20 @@ fn emulator(cxx: &str, module: Module, k: usize, v: usize) -> PathBuf {
         format!("-DHEAD_K={k}"),
         format!("-DHEAD_V={v}"),
     ];
-    let headers = std::fs::read_to_string(EMU_H).expect("read emu.h")
-        + &std::fs::read_to_string(EMU_MAIN).expect("read emu_main.h");
+    let headers: String = headers
+        .iter()
+        .map(|h| std::fs::read_to_string(h).unwrap_or_else(|e| panic!("read {h}: {e}")))
+        .collect();
     let id = fnv(&format!("{src}{headers}{flags:?}{cxx}"));
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu");
-    let exe = dir.join(format!("{}_{k}x{v}_{id:016x}", module.name()));
+    let exe = dir.join(format!("{name}_{k}x{v}_{id:016x}"));
     let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     if exe.exists() {
         return exe;
     }
     std::fs::create_dir_all(&dir).expect("create the emulator folder");
     let cpp = exe.with_extension("cpp");
-    std::fs::write(&cpp, &src).expect("write the emulator source");
+    std::fs::write(&cpp, src).expect("write the emulator source");
     let tmp = exe.with_extension("part");
     let out = Command::new(cxx)
         .args(&flags)
@@ -130,8 +138,7 @@ fn emulator(cxx: &str, module: Module, k: usize, v: usize) -> PathBuf {
         .expect("run the C++ compiler");
     assert!(
         out.status.success(),
-        "{} {k}x{v} does not compile for the emulator:\n{}",
-        module.name(),
+        "{name} {k}x{v} does not compile for the emulator:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     std::fs::rename(&tmp, &exe).expect("move the emulator into place");
@@ -535,33 +542,8 @@ fn segment_kernels_on_the_emulator() {
         fresh_shared(COMMON),
         fresh_shared(&fixed)
     );
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu");
-    std::fs::create_dir_all(&dir).expect("create the emulator folder");
     for kv in [32, 128] {
-        let headers = std::fs::read_to_string(EMU_H).expect("read emu.h")
-            + &std::fs::read_to_string(SEG_CHECK).expect("read segments_check.h");
-        let id = fnv(&format!("{src}{headers}{kv}{cxx}"));
-        let exe = dir.join(format!("segments_{kv}_{id:016x}"));
-        if !exe.exists() {
-            let cpp = exe.with_extension("cpp");
-            std::fs::write(&cpp, &src).expect("write the emulator source");
-            let tmp = exe.with_extension("part");
-            let out = Command::new(&cxx)
-                .args(["-std=c++20", "-O1", "-Wno-unknown-pragmas"])
-                .arg(format!("-DHEAD_K={kv}"))
-                .arg(format!("-DHEAD_V={kv}"))
-                .arg(&cpp)
-                .arg("-o")
-                .arg(&tmp)
-                .output()
-                .expect("run the C++ compiler");
-            assert!(
-                out.status.success(),
-                "prefill_segments.cuh does not compile for the emulator:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::fs::rename(&tmp, &exe).expect("move the emulator into place");
-        }
+        let exe = build(&cxx, &src, &[EMU_H, SEG_CHECK], "segments", kv, kv);
         for seed in ["1", "2"] {
             let out = Command::new(&exe)
                 .arg(seed)
