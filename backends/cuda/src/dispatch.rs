@@ -14,22 +14,10 @@ use std::sync::Arc;
 impl CudaBackend {
     /// Enqueues `kernel` on `stream` for problem `p` with the tensors at `t` (see [`launch`] for
     /// the contract). No allocation, no compilation, no host synchronisation, no device reads.
+    /// `max_seq`: the longest sequence's tokens where the caller knows them, else None (the
+    /// launch plan's segment rule uses it; the workspace must have been reserved with the same
+    /// value). A stale hint changes the plan, never the result.
     pub fn launch(
-        &self,
-        kernel: Kernel,
-        p: &Problem,
-        t: &DevicePtrs,
-        stream: u64,
-        ws: &mut Workspace,
-    ) -> Result<()> {
-        self.launch_hinted(kernel, p, t, stream, ws, None)
-    }
-
-    /// [`CudaBackend::launch`] with the longest sequence's tokens where the caller knows them
-    /// (`max_seq`: the launch plan's segment rule uses it; the workspace must have been reserved
-    /// with the same value, [`CudaBackend::reserve_hinted`]). A stale hint changes the plan,
-    /// never the result.
-    pub fn launch_hinted(
         &self,
         kernel: Kernel,
         p: &Problem,
@@ -44,7 +32,7 @@ impl CudaBackend {
         self.enqueue(kernel, p, t, stream, ws, max_seq)
     }
 
-    /// [`CudaBackend::launch_hinted`] for a problem already validated and supported.
+    /// [`CudaBackend::launch`] for a problem already validated and supported.
     pub(crate) fn enqueue(
         &self,
         kernel: Kernel,

@@ -222,15 +222,10 @@ impl CudaBackend {
     }
 
     /// Warm-up for (kernel, problem): compiles and loads the kernels and grows `ws` to the size
-    /// the launches need. Call before [`CudaBackend::launch`] (and before graph capture).
-    pub fn reserve(&self, ws: &mut Workspace, kernel: Kernel, p: &Problem) -> Result<()> {
-        self.reserve_hinted(ws, kernel, p, None)
-    }
-
-    /// [`CudaBackend::reserve`] with the longest sequence's tokens where the caller knows them
-    /// (`max_seq`: the launch plan's segment rule uses it; pass the same value to
-    /// [`CudaBackend::launch_hinted`], whose workspace it sizes).
-    pub fn reserve_hinted(
+    /// the launches need. Call before [`CudaBackend::launch`] (and before graph capture), with
+    /// the same `max_seq`: the longest sequence's tokens where the caller knows them (the launch
+    /// plan's segment rule uses it), else None.
+    pub fn reserve(
         &self,
         ws: &mut Workspace,
         kernel: Kernel,
@@ -243,7 +238,7 @@ impl CudaBackend {
         self.grow(ws, kernel, p, max_seq)
     }
 
-    /// [`CudaBackend::reserve_hinted`] for a problem already validated and supported.
+    /// [`CudaBackend::reserve`] for a problem already validated and supported.
     fn grow(
         &self,
         ws: &mut Workspace,
@@ -270,14 +265,9 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The workspace layout of (kernel, problem) (loads the kernel's module).
-    pub fn workspace_layout(&self, kernel: Kernel, p: &Problem) -> Result<WorkspaceLayout> {
-        self.workspace_layout_hinted(kernel, p, None)
-    }
-
-    /// [`CudaBackend::workspace_layout`] with the longest sequence's tokens where known (as for
-    /// [`CudaBackend::reserve_hinted`]).
-    pub fn workspace_layout_hinted(
+    /// The workspace layout of (kernel, problem) (loads the kernel's module); `max_seq` as for
+    /// [`CudaBackend::reserve`].
+    pub fn workspace_layout(
         &self,
         kernel: Kernel,
         p: &Problem,

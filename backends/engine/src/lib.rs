@@ -179,8 +179,8 @@ impl Engine {
         max_seq: Option<usize>,
     ) -> Result<&'static Rule> {
         let (rule, cuda) = self.device_rule(p, pref, max_seq)?;
-        cuda.reserve_hinted(ws, rule.kernel, p, max_seq)?;
-        cuda.launch_hinted(rule.kernel, p, ptrs, stream, ws, max_seq)?;
+        cuda.reserve(ws, rule.kernel, p, max_seq)?;
+        cuda.launch(rule.kernel, p, ptrs, stream, ws, max_seq)?;
         Ok(rule)
     }
 
@@ -195,10 +195,7 @@ impl Engine {
         max_seq: Option<usize>,
     ) -> Result<(&'static Rule, usize)> {
         let (rule, cuda) = self.device_rule(p, pref, max_seq)?;
-        Ok((
-            rule,
-            cuda.workspace_layout_hinted(rule.kernel, p, max_seq)?.total,
-        ))
+        Ok((rule, cuda.workspace_layout(rule.kernel, p, max_seq)?.total))
     }
 
     /// The CUDA row for device-resident tensors (`auto` means the best CUDA row).
