@@ -306,13 +306,21 @@ fn select_plans_for_an_assumed_cuda_device() {
     assert!(so.contains(overlap), "{so}");
     // few heads on one long sequence: the segmented pair
     let out = bin()
-        .args(["select", "--op", "gdn", "--seqlens", "8192", "--heads", "4"])
+        .args([
+            "select",
+            "--op",
+            "gdn",
+            "--seqlens",
+            "32768",
+            "--heads",
+            "4",
+        ])
         .args(["--v-heads", "8", "--cuda-sms", "132", "--explain"])
         .output()
         .expect("run");
     let so4 = text(&out).0;
     assert!(
-        so4.contains("segments: every sequence cut into segments of 1024 tokens (9 at most)"),
+        so4.contains("segments: every sequence cut into segments of 4096 tokens (9 at most)"),
         "{so4}"
     );
     let so = plan("8192,8192,8192,8192,8192,8192,8192,8192");

@@ -238,14 +238,17 @@ impl SegmentPlan {
     }
 }
 
-/// The cost model's constants (us; H100 and H200 timelines of the T-form pair): one chunk of the
-/// T-form state pass (one CTA, one SM), one intra item per SM, a pass's launch and prologue, the
-/// combine per segment, and the segmented call's fixed launches (setup, tables, finish).
+/// The cost model's constants (us, fitted on an H100 to the forced segment lengths 8 to 128 of
+/// gdn 1/2, 2/4, 4/8 and 8/16, docs/cuda-prefill.md): one chunk of the overlapped pair's chain
+/// (one CTA, one SM), one chunk of a segment pass, one intra item per SM, a pass's launch,
+/// prologue and epilogue, the combine per segment (serial along a sequence), and the segmented
+/// call's fixed launches (setup, tables, finish).
 const CS: f64 = 1.5;
+const CSEG: f64 = 1.25;
 const CI: f64 = 6.25;
-const PASS: f64 = 4.0;
-const COMBINE: f64 = 1.5;
-const FIXED: f64 = 10.0;
+const PASS: f64 = 12.0;
+const COMBINE: f64 = 6.0;
+const FIXED: f64 = 15.0;
 
 /// Where the T-form pair's state chain leaves the GPU idle, the exact segmented pair
 /// (kernels/prefill_segments.cuh, docs/segments.md) cuts each sequence into segments that run in
@@ -254,10 +257,13 @@ const FIXED: f64 = 10.0;
 /// pair (`tform`) with K = V (the transition pass runs the module with V = K columns) and no
 /// checkpoints. The cost model, with the chain of the longest sequence (`max_seq`, the caller's
 /// hint; without it a balanced batch's, C = chunks / N), intra work
-/// I = items x CI / SMs and state CTAs of 64 V columns: unsegmented max(C x CS x waves, I);
-/// segmented with L-chunk segments I + 3 (waves_L x L x CS + PASS) + segments x COMBINE + FIXED
-/// (one pass where no sequence is longer than L). The best L (a power of two from 4 chunks)
-/// is taken when it saves at least 15 %. A forced length applies wherever the pair does. More
+/// I = items x CI / SMs and state CTAs of 64 V columns: unsegmented max(C x CS x waves, I)
+/// (waves of every pair's CTAs for a balanced batch, one for a hinted long sequence, whose
+/// chain the short ones run beside); segmented with L-chunk segments, C / L of them on the
+/// longest sequence, I + 3 (waves_L x L x CSEG + PASS) + (C / L) x COMBINE + FIXED: the three
+/// passes run one after the other, so the chain is 3 L chunks, and the combine is serial over a
+/// sequence's segments. The best L (a power of two from 4 chunks, below C) is taken when it
+/// saves at least 15 %. A forced length applies wherever the pair does. More
 /// than 65535 segments (the state passes' grid z) are never planned.
 pub fn segment_plan(
     p: &Problem,
@@ -290,14 +296,19 @@ pub fn segment_plan(
     let smsf = sms as f64;
     let waves = |ctas: usize| ctas.div_ceil(sms) as f64;
     let intra = (chunks * p.hv) as f64 * CI / smsf;
-    let plain = (c as f64 * CS * waves(tiles * p.hv * p.seqs)).max(intra);
+    let chain_waves = if max_seq.is_some() {
+        1.0
+    } else {
+        waves(tiles * p.hv * p.seqs)
+    };
+    let plain = (c as f64 * CS * chain_waves).max(intra);
     let mut best: Option<(f64, usize)> = None;
     let mut l = 4;
     while l < c {
         // (segments: the longest sequence's, at most the static bound over all of them)
         let segs = c.div_ceil(l);
         let all = (p.seqs * segs).min(p.seqs + chunks / l);
-        let pass = waves(tiles * p.hv * all) * l as f64 * CS + PASS;
+        let pass = waves(tiles * p.hv * all) * l as f64 * CSEG + PASS;
         let t = intra + 3.0 * pass + segs as f64 * COMBINE + FIXED;
         if best.is_none_or(|(b, _)| t < b) {
             best = Some((t, l));
@@ -613,21 +624,33 @@ mod tests {
     #[test]
     fn sequences_are_segmented_only_where_the_chain_idles_the_gpu() {
         let auto = SegmentSetting::Auto;
-        // gdn 4/8 1x8192: 16 state CTAs walk 128 chunks (~192 us) beside ~48 us of intra work:
-        // segments of 16 chunks, 8 a sequence
+        // (H100, one call, forced lengths against the unsegmented pair: docs/cuda-prefill.md)
+        // gdn 4/8 1x8192: three 16-chunk passes and the combine cost more than the overlapped
+        // pair's 128-chunk chain (0.228 against 0.201 ms): not segmented
         let few = prefill(1, 4, 8);
-        let s = segment_plan(&few, 132, true, auto, None).expect("segmented");
+        assert_eq!(segment_plan(&few, 132, true, auto, None), None);
+        let g = |n, t, h, hv| Problem::new(Op::Gdn, Mode::Prefill, n, t, h, hv, 128, 128);
+        // gdn 4/8 1x32768: 64-chunk segments (0.593 against 0.724 ms); 1x16384: 32 (0.351
+        // against 0.375); gdn 1/2 1x16384: 16 (0.231 against 0.369)
+        let s = segment_plan(&g(1, 32768, 4, 8), 132, true, auto, None).expect("segmented");
         assert_eq!(
             s,
             SegmentPlan {
-                chunks: 16,
+                chunks: 64,
                 n_seg: 9
             }
         );
-        assert_eq!(s.tokens(&few), 1024);
-        // 4/8 1x32768: longer segments
-        let long = Problem::new(Op::Gdn, Mode::Prefill, 1, 32768, 4, 8, 128, 128);
-        assert!(segment_plan(&long, 132, true, auto, None).is_some_and(|s| s.chunks >= 32));
+        assert_eq!(s.tokens(&few), 4096);
+        let s = segment_plan(&g(1, 16384, 4, 8), 132, true, auto, None);
+        assert_eq!(s.map(|s| s.chunks), Some(32));
+        let s = segment_plan(&g(1, 16384, 1, 2), 132, true, auto, None);
+        assert_eq!(s.map(|s| s.chunks), Some(16));
+        // gdn 8/16 and 2/4 1x8192: not (8/16 loses at every length, 2/4 gains 10 % at best)
+        assert_eq!(
+            segment_plan(&g(1, 8192, 8, 16), 132, true, auto, None),
+            None
+        );
+        assert_eq!(segment_plan(&g(1, 8192, 2, 4), 132, true, auto, None), None);
         // gdn 16/32 1x8192, 4x8192, 16x1024: the intra work is as long as the chain, or the
         // GPU is full: never
         let gdn = |n, t| Problem::new(Op::Gdn, Mode::Prefill, n, t, 16, 32, 128, 128);
@@ -662,10 +685,11 @@ mod tests {
         );
         // a mixed batch, one long sequence among short ones (gdn 2/4 1x30000 + 4x500): the
         // balanced chain (100 chunks) hides the long one's (469); the caller's longest-sequence
-        // hint shows it
+        // hint shows it: 64-chunk segments (0.427 against 0.658 ms)
         let mixed = |h, hv| Problem::new(Op::Gdn, Mode::Prefill, 5, 32000, h, hv, 128, 128);
         assert_eq!(segment_plan(&mixed(2, 4), 132, true, auto, None), None);
-        assert!(segment_plan(&mixed(2, 4), 132, true, auto, Some(30000)).is_some());
+        let s = segment_plan(&mixed(2, 4), 132, true, auto, Some(30000));
+        assert_eq!(s.map(|s| s.chunks), Some(64));
         // with 32 value heads the intra work dominates either way
         assert_eq!(
             segment_plan(&mixed(16, 32), 132, true, auto, Some(30000)),
