@@ -77,12 +77,15 @@ extern "C" __global__ void __launch_bounds__(1024) gdn_prefill_segments_setup(co
     for (int i = total + tid; i < s.n_seg; i += 1024) s.skip[i] = 1;
 }
 
-// grid (V / 16, HV, N), 256 threads, K x 16 x 4 bytes of dynamic shared memory. For
-// sequence n, value head hv and 16 V columns: S = h0 (the caller's initial state), then per
+// grid (V / 16, HV, N), 256 threads, (K x 16 + K x (K + 4)) x 4 bytes of dynamic shared memory.
+// For sequence n, value head hv and 16 V columns: S = h0 (the caller's initial state), then per
 // segment j: S_in(j) = S, and for all but the last S <- M_j S + F_j (f32; thread: row r, 8
-// columns).
+// columns). M_j comes into shared memory whole, every load of a thread issued before the first
+// store (one L2 latency a step, not one per row segment: the step is serial along the sequence).
 extern "C" __global__ void __launch_bounds__(256) gdn_prefill_segments_combine(const Params p, const SegArgs s) {
-    extern __shared__ float Ssh[];  // [KD][16]
+    extern __shared__ float Ssh[];  // [KD][16], then M: [KD][MST]
+    constexpr int MST = KD + 4;     // (rows 16 bytes apart in bank groups)
+    float* Msh = Ssh + KD * 16;
     const int c0 = blockIdx.x * 16, hv = blockIdx.y, n = blockIdx.z, tid = threadIdx.x;
     const int s0 = s.seg_of[n], s1 = s.seg_of[n + 1];
     constexpr int PAIRS = KD * 2;  // (row, half of the 16 columns)
@@ -115,6 +118,18 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prefill_segments_combine(c
             for (int e = 0; e < 8; ++e) Ssh[r * 16 + h + e] = acc[u][e];
         }
         if (j == s1 - 1) break;
+        {  // M_j into shared memory (coalesced float4, all loads first)
+            constexpr int NV = KD * KD / 4 / 256;  // float4 a thread
+            const float4* src = (const float4*)(s.trans + ((i64)j * p.HV + hv) * KD * KD);
+            float4 mv[NV];
+#pragma unroll
+            for (int i = 0; i < NV; ++i) mv[i] = src[tid + 256 * i];
+#pragma unroll
+            for (int i = 0; i < NV; ++i) {
+                const int e = 4 * (tid + 256 * i), r = e / KD, c = e % KD;
+                *(float4*)(Msh + r * MST + c) = mv[i];
+            }
+        }
         __syncthreads();
 #pragma unroll
         for (int u = 0; u < (PAIRS + 255) / 256; ++u) {
@@ -123,7 +138,7 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prefill_segments_combine(c
             const float* f = s.fin + (((i64)j * p.HV + hv) * KD + r) * VD + c0 + h;
             const float4 fa = *(const float4*)f, fb = *(const float4*)(f + 4);
             float y[8] = {fa.x, fa.y, fa.z, fa.w, fb.x, fb.y, fb.z, fb.w};
-            const float* m = s.trans + (((i64)j * p.HV + hv) * KD + r) * KD;
+            const float* m = Msh + r * MST;
 #pragma unroll 4
             for (int k4 = 0; k4 < KD; k4 += 4) {
                 const float4 mv = *(const float4*)(m + k4);

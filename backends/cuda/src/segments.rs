@@ -131,7 +131,7 @@ pub(crate) fn enqueue(
         "gdn_prefill_segments_combine",
         ((p.v / 16) as u32, p.hv as u32, p.seqs as u32),
         256,
-        (p.k * 16 * 4) as u32,
+        ((p.k * 16 + p.k * (p.k + 4)) * 4) as u32,
     );
     launch_one(main, &combine, stream, &user, extra)?;
     // pass 3: every segment from its incoming state, o and the segments' final states

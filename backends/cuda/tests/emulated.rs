@@ -529,7 +529,7 @@ fn segment_kernels_on_the_emulator() {
         .replace("extern __shared__ int sc[];", "__shared__ int sc[1024];")
         .replace(
             "extern __shared__ float Ssh[];",
-            "__shared__ float Ssh[HEAD_K * 16];",
+            "__shared__ float Ssh[HEAD_K * 16 + HEAD_K * (HEAD_K + 4)];",
         );
     assert!(
         !fixed.contains("extern __shared__"),
