@@ -239,10 +239,10 @@ impl SegmentPlan {
 }
 
 /// The cost model's constants (us, fitted on an H100 to the forced segment lengths 8 to 128 of
-/// gdn 1/2, 2/4, 4/8 and 8/16, and the staged combine's step, docs/cuda-prefill.md): one chunk of the overlapped pair's chain
-/// (one CTA, one SM), one chunk of a segment pass, one intra item per SM, a pass's launch,
-/// prologue and epilogue, the combine per segment (serial along a sequence), and the segmented
-/// call's fixed launches (setup, tables, finish).
+/// gdn 1/2, 2/4, 4/8 and 8/16, and the staged combine's step, docs/cuda-prefill.md): one chunk
+/// of the overlapped pair's chain (one CTA, one SM), one chunk of a segment pass, one intra item
+/// per SM, a pass's launch, prologue and epilogue, the combine per segment (serial along a
+/// sequence), and the segmented call's fixed launches (setup, tables, finish).
 const CS: f64 = 1.5;
 const CSEG: f64 = 1.25;
 const CI: f64 = 6.25;
