@@ -14,10 +14,13 @@
 #   --conformance PATH   the conformance test binary, its `cuda::` tests (CONFORMANCE)
 #   --wheels DIR         wheels installed (pip, no index, no dependencies) into OUT/site and put on
 #                        PYTHONPATH before the peers run, e.g. fla-core and its needs (WHEELS)
-#   --shapes "A B ..."   named shapes, op[-decode]-H/HV-NxL, or `anchors` (SHAPES; default anchors)
+#   --shapes "A B ..."   named shapes, op[-decode]-H/HV-NxL, `anchors` or `prefill` (SHAPES; default
+#                        anchors)
 #   --iters N            timed calls per shape, deltarule and peers alike (ITERS; default 30)
 #   --peers "..."        among fla flashqla flashinfer deltarule (the Python wrappers) (PEERS;
 #                        default "fla flashqla flashinfer"); one not importable is skipped
+#   --graph              the peers also time CUDA-graph replays of a call (GRAPH=1); the table's
+#                        ratio then takes a peer's better of eager and graph
 #   --backends "..."     CUDA backends the golden diffs run (DIFF_BACKENDS; default
 #                        "cuda cuda:chunked cuda:small-bh cuda:recurrent")
 #   --out DIR            logs, JSON lines and table.md (OUT; default /tmp/deltarule-gpu-check)
@@ -40,6 +43,7 @@ PEERS=${PEERS:-fla flashqla flashinfer}
 DIFF_BACKENDS=${DIFF_BACKENDS:-cuda cuda:chunked cuda:small-bh cuda:recurrent}
 OUT=${OUT:-/tmp/deltarule-gpu-check}
 PEER_TIMEOUT=${PEER_TIMEOUT:-900}
+GRAPH=${GRAPH:-0}
 CHECK=1 BENCH=1 SANITIZER=1
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-0}"; }
@@ -56,6 +60,7 @@ while [ $# -gt 0 ]; do
     --backends) DIFF_BACKENDS=$2; shift ;;
     --out) OUT=$2; shift ;;
     --peer-timeout) PEER_TIMEOUT=$2; shift ;;
+    --graph) GRAPH=1 ;;
     --no-check) CHECK=0 ;;
     --no-bench) BENCH=0 ;;
     --no-sanitizer) SANITIZER=0 ;;
@@ -168,6 +173,8 @@ if [ -n "$WHEELS" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$OUT/site" "$WHEELS"/*.whl || echo "pip install from $WHEELS failed: peers may be missing"
   export PYTHONPATH=$OUT/site${PYTHONPATH:+:$PYTHONPATH}
+  # (z3-solver, which FlashQLA's TileLang loads, keeps its library beside the package)
+  if [ -d "$OUT/site/z3/lib" ]; then export LD_LIBRARY_PATH=$OUT/site/z3/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
 fi
 peer_files=()
 for impl in $PEERS; do
@@ -182,8 +189,10 @@ for impl in $PEERS; do
   say "$impl"
   # one process per peer; peers.py hides flash_qla from fla
   # shellcheck disable=SC2086
+  graph=()
+  [ "$GRAPH" = 1 ] && graph=(--graph)
   PYTHONUNBUFFERED=1 timeout "$PEER_TIMEOUT" python3 "$HERE/peers.py" --impl "$impl" --shapes $SHAPES \
-    --iters "$ITERS" > "$OUT/$impl.jsonl" 2> "$OUT/$impl.err"
+    --iters "$ITERS" ${graph[@]+"${graph[@]}"} > "$OUT/$impl.jsonl" 2> "$OUT/$impl.err"
   rc=$?
   [ $rc = 0 ] || echo "$impl: rc $rc (rows before it stay): $(tail -1 "$OUT/$impl.err")"
   peer_files+=("$OUT/$impl.jsonl")

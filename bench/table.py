@@ -5,10 +5,12 @@
 
 Per shape (and backend, when the deltarule file holds several): the rule `auto` chose, deltarule's
 median GPU ms, its host us per call, its multiple of the roofline floor, then per peer its median
-GPU ms and the ratio peer / deltarule (above 1: deltarule is faster). A file may hold several
-rounds of the same shapes: each cell is the median over its rows. Lines that are not JSON objects
-are skipped, so logs with progress lines can be passed as they are; a missing file is reported and
-skipped. The peers' versions and the device come from their `meta` lines.
+GPU ms, its CUDA-graph replay's where peers.py ran with --graph, and the ratio peer / deltarule
+(above 1: deltarule is faster), taken with the peer's better of eager and graph where it has both.
+A file may hold several rounds of the same shapes: each cell is the median over its rows. Lines
+that are not JSON objects are skipped, so logs with progress lines can be passed as they are; a
+missing file is reported and skipped. The peers' versions and the device come from their `meta`
+lines.
 """
 import argparse
 import json
@@ -78,7 +80,7 @@ def build(ours_rows, peer_rows):
     for impl in impls:
         label = LABELS.get(impl, impl)
         header += [f"{label} ms"] + ([f"{label} graph ms"] if impl in graphed else [])
-        header += [f"{label} / deltarule"]
+        header += [f"{label} {'best ' if impl in graphed else ''}/ deltarule"]
     rows, missing = [], {}  # missing: (impl, note) -> shapes
     for (shape, backend), rs in ours.items():
         ms = median_or_none([r["gpu_ms_median"] for r in rs])
@@ -91,9 +93,12 @@ def build(ours_rows, peer_rows):
             cell = peers.get((impl, shape))
             p = median_or_none(cell["ms"]) if cell else None
             row += [fmt_ms(p)]
+            best = p
             if impl in graphed:
-                row += [fmt_ms(median_or_none(cell["graph"]) if cell else None)]
-            row += [f"{p / ms:.2f}" if p and ms else "-"]
+                g = median_or_none(cell["graph"]) if cell else None
+                row += [fmt_ms(g)]
+                best = min((x for x in (p, g) if x is not None), default=None)
+            row += [f"{best / ms:.2f}" if best and ms else "-"]
             if cell and p is None and cell["note"]:
                 missing.setdefault((impl, cell["note"]), []).append(shape)
         rows.append(row)
