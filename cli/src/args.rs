@@ -38,6 +38,16 @@ pub enum LayoutArg {
     Vk,
 }
 
+/// The data of a generated problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DataArg {
+    /// Normal q, k, v (k L2-normalised), realistic gates and betas.
+    Random,
+    /// Keys near one shared direction and β = 1: `I + A` near singular, so every rounding of a
+    /// chunk's products is amplified (with `--gate-at` edits and the other options as given).
+    Collinear,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum InitArg {
     None,
@@ -85,6 +95,10 @@ pub struct ProblemArgs {
     /// Seed of the generated data.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The generated data: random, or collinear (keys near one direction and β = 1, the
+    /// ill-conditioned chunks where low-precision products lose the most).
+    #[arg(long, value_enum, default_value = "random")]
+    pub data: DataArg,
     /// dtype of q, k, v.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,

@@ -11,7 +11,7 @@ mod bench;
 mod plot;
 mod progress;
 
-use args::{apply_gates, gate_marks, GateArgs, ProblemArgs};
+use args::{apply_gates, gate_marks, DataArg, GateArgs, ProblemArgs};
 use clap::{Args, Parser, Subcommand};
 use deltarule_core::problem::{Mode, Op};
 use deltarule_core::select::{render_rules, DeviceState, Preference};
@@ -281,7 +281,7 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
         } => {
             let (p, seqlens) = problem.problem(&cap, true)?;
             let show = progress::wanted(false);
-            let mut case = generated(&p, &seqlens, problem.seed, show)?;
+            let mut case = generated(&p, &seqlens, problem.seed, problem.data, show)?;
             apply_gates(&mut case, &gates.gate_at)?;
             eprintln!(
                 "computing the float64 reference for {} ({} sequences x {} value heads)...",
@@ -394,10 +394,20 @@ fn run(cli: Cli) -> Result<Outcome, Error> {
     }
 }
 
-/// A generated case, with a spinner while generation takes long.
-fn generated(p: &Problem, seqlens: &[usize], seed: u64, show: bool) -> Result<Case, Error> {
+/// A generated case of `data`, with a spinner while generation takes long.
+fn generated(
+    p: &Problem,
+    seqlens: &[usize],
+    seed: u64,
+    data: DataArg,
+    show: bool,
+) -> Result<Case, Error> {
     let bar = progress::Progress::start(show, "generating the inputs", None);
-    let case = generate(p, seqlens, seed, DataStyle::default());
+    let style = DataStyle {
+        collinear: data == DataArg::Collinear,
+        ..DataStyle::default()
+    };
+    let case = generate(p, seqlens, seed, style);
     bar.finish();
     case
 }
@@ -563,7 +573,7 @@ fn cmd_diff(args: DiffArgs, cap: &ByteCap) -> Result<Outcome, Error> {
     }
     if problem.given() {
         match problem.problem(cap, true).and_then(|(p, seqlens)| {
-            let mut c = generated(&p, &seqlens, problem.seed, show)?;
+            let mut c = generated(&p, &seqlens, problem.seed, problem.data, show)?;
             apply_gates(&mut c, &gates.gate_at)?;
             Ok(c)
         }) {

@@ -127,6 +127,20 @@ pub fn conformance_cases() -> Vec<CaseSpec> {
             p.initial = InitialState::Dense;
             add(format!("{o}/{name}-h0"), p, vec![100, 30], style);
         }
+        // near-collinear keys with β = 1 and no decay: I + A near singular at the production head
+        // dims, on chunks that are full, partial and single
+        let mut p = base(op, 1, 2, 128, 128);
+        p.initial = InitialState::Dense;
+        add(
+            format!("{o}/collinear-keys-h0-K128-V128"),
+            p,
+            vec![300, 65, 1],
+            DataStyle {
+                gate: GateStyle::NoDecay,
+                collinear: true,
+                ..real
+            },
+        );
         // in-kernel gates, betas and l2norm
         let mut p = base(op, 2, 4, 64, 64);
         p.gate = Gate::Softplus;

@@ -73,6 +73,10 @@ pub struct DataStyle {
     pub beta_zero: bool,
     /// q, k, v all ones (k normalised): errors are easy to read.
     pub ones: bool,
+    /// Keys near one shared direction (`1 + 0.1 z` per channel before normalising: neighbouring
+    /// keys' cosine about 0.99) and β = 1 (the logit forms: 30): `I + A` near singular, the
+    /// conditioning docs/spec.md warns of, where every rounding of a chunk's products is amplified.
+    pub collinear: bool,
 }
 
 impl Default for DataStyle {
@@ -81,6 +85,7 @@ impl Default for DataStyle {
             gate: GateStyle::Realistic,
             beta_zero: false,
             ones: false,
+            collinear: false,
         }
     }
 }
@@ -144,7 +149,11 @@ pub fn generate(
 
     // q, k: normal; k L2-normalised unless the kernel normalises (then raw, scaled).
     let q = normal_tensor(&mut rng, p.qkv_dtype, vec![t, h, kd], style.ones);
-    let mut k = normals(&mut rng, t * h * kd, style.ones, |z| z);
+    let mut k = if style.collinear {
+        normals(&mut rng, t * h * kd, style.ones, |z| 1.0 + 0.1 * z)
+    } else {
+        normals(&mut rng, t * h * kd, style.ones, |z| z)
+    };
     if !p.l2norm {
         k.par_chunks_mut(kd).for_each(|row| {
             let n = row.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
@@ -215,11 +224,13 @@ pub fn generate(
         &mut rng,
         t * hv,
         false,
-        match (p.beta, style.beta_zero) {
-            (BetaMode::Prob, false) => |z: f64| 1.0 / (1.0 + (-z).exp()),
-            (BetaMode::Prob, true) => |_| 0.0,
-            (_, false) => |z| z,
-            (_, true) => |_| -30.0,
+        match (p.beta, style.beta_zero, style.collinear) {
+            (BetaMode::Prob, true, _) => |_| 0.0,
+            (_, true, _) => |_| -30.0,
+            (BetaMode::Prob, false, true) => |_| 1.0,
+            (_, false, true) => |_| 30.0,
+            (BetaMode::Prob, false, false) => |z: f64| 1.0 / (1.0 + (-z).exp()),
+            (_, false, false) => |z| z,
         },
     );
 
