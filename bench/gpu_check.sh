@@ -187,10 +187,10 @@ for impl in $PEERS; do
     continue
   fi
   say "$impl"
-  # one process per peer; peers.py hides flash_qla from fla
-  # shellcheck disable=SC2086
   graph=()
   [ "$GRAPH" = 1 ] && graph=(--graph)
+  # one process per peer; peers.py hides flash_qla from fla
+  # shellcheck disable=SC2086
   PYTHONUNBUFFERED=1 timeout "$PEER_TIMEOUT" python3 "$HERE/peers.py" --impl "$impl" --shapes $SHAPES \
     --iters "$ITERS" ${graph[@]+"${graph[@]}"} > "$OUT/$impl.jsonl" 2> "$OUT/$impl.err"
   rc=$?

@@ -149,11 +149,12 @@ pub fn generate(
 
     // q, k: normal; k L2-normalised unless the kernel normalises (then raw, scaled).
     let q = normal_tensor(&mut rng, p.qkv_dtype, vec![t, h, kd], style.ones);
-    let mut k = if style.collinear {
-        normals(&mut rng, t * h * kd, style.ones, |z| 1.0 + 0.1 * z)
+    let key: fn(f64) -> f64 = if style.collinear {
+        |z| 1.0 + 0.1 * z
     } else {
-        normals(&mut rng, t * h * kd, style.ones, |z| z)
+        |z| z
     };
+    let mut k = normals(&mut rng, t * h * kd, style.ones, key);
     if !p.l2norm {
         k.par_chunks_mut(kd).for_each(|row| {
             let n = row.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
